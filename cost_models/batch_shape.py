@@ -1,0 +1,65 @@
+"""A batch as a cost model sees it. The single place a batch becomes features.
+
+Lives in cost_models (not simulator) so that the calibration harness and the fitters can use it
+without the event loop: the dependency direction is calibration -> cost_models <- simulator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BatchShape:
+    """The batch as a cost model sees it: per-sequence new tokens, prior context, sampling flag.
+
+    This is the single place where a batch is turned into features; cost models and the
+    calibration harness share it.
+    """
+    new_tokens: np.ndarray      # int64, tokens computed this step per sequence
+    context_tokens: np.ndarray  # int64, tokens already in KV before this step
+    samples: np.ndarray         # bool, the sequence samples a token at the end of this step
+
+    @classmethod
+    def of(cls, new_tokens, context_tokens, samples=None) -> "BatchShape":
+        new = np.asarray(new_tokens, dtype=np.int64)
+        ctx = np.asarray(context_tokens, dtype=np.int64)
+        smp = np.ones(len(new), bool) if samples is None else np.asarray(samples, bool)
+        return cls(new, ctx, smp)
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.new_tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.new_tokens.sum())
+
+    @property
+    def is_decode(self) -> np.ndarray:
+        return self.new_tokens == 1
+
+    @property
+    def num_decode_seqs(self) -> int:
+        return int(self.is_decode.sum())
+
+    @property
+    def num_prefill_seqs(self) -> int:
+        return self.num_seqs - self.num_decode_seqs
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return int(self.new_tokens[~self.is_decode].sum())
+
+    @property
+    def num_sampled(self) -> int:
+        return int(self.samples.sum())
+
+    @property
+    def kind(self) -> str:
+        """decode | prefill | mixed: the families fitted models report errors by."""
+        n_dec = self.num_decode_seqs
+        if n_dec == self.num_seqs:
+            return "decode"
+        return "prefill" if n_dec == 0 else "mixed"

@@ -1,0 +1,172 @@
+"""Model architectures: built-in presets and HuggingFace ``config.json`` files.
+
+Only the shapes matter to servesim (weights are never loaded): the cost models count FLOPs and
+bytes from them, the KV cache sizes its blocks from them, and the calibration harness builds a
+random-weight decoder of the same shape.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    intermediate_size: int
+    vocab_size: int
+    max_model_len: int
+    head_dim: int | None = None          # None: hidden_size // num_attention_heads
+    mlp_kind: str = "swiglu"             # swiglu (gate+up+down) | gelu/relu (fc1+fc2, OPT)
+    num_experts: int = 0                 # MoE: routed experts per layer (0 = dense)
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    qk_norm: bool = False
+    tie_word_embeddings: bool = False
+    dtype_bytes: int = 2                 # bf16/fp16 weights and KV
+
+    @property
+    def head_dim_(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def q_size(self) -> int:
+        return self.num_attention_heads * self.head_dim_
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim_
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def attn_params_per_layer(self) -> int:
+        return self.hidden_size * (self.q_size + 2 * self.kv_size) + self.q_size * self.hidden_size
+
+    @property
+    def mlp_params_per_layer(self) -> int:
+        """Parameters of one layer's FFN (all experts for MoE, plus the router)."""
+        mats = 3 if self.mlp_kind == "swiglu" else 2
+        if self.is_moe:
+            return self.num_experts * mats * self.hidden_size * self.moe_intermediate_size \
+                + self.hidden_size * self.num_experts
+        return mats * self.hidden_size * self.intermediate_size
+
+    @property
+    def active_mlp_params_per_layer(self) -> int:
+        """FFN parameters one token touches (top-k experts for MoE)."""
+        mats = 3 if self.mlp_kind == "swiglu" else 2
+        if self.is_moe:
+            return self.num_experts_per_tok * mats * self.hidden_size * self.moe_intermediate_size
+        return self.mlp_params_per_layer
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+
+    @property
+    def num_params(self) -> int:
+        per_layer = self.attn_params_per_layer + self.mlp_params_per_layer + 2 * self.hidden_size
+        return self.num_layers * per_layer + self.embedding_params + self.hidden_size
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.dtype_bytes
+
+    def kv_bytes_per_token(self, tensor_parallel_size: int = 1) -> int:
+        """K and V of every layer for one token on one TP rank (KV heads are split across ranks)."""
+        kv_heads_per_rank = max(1, self.num_kv_heads // tensor_parallel_size)
+        return 2 * self.num_layers * kv_heads_per_rank * self.head_dim_ * self.dtype_bytes
+
+    def with_max_model_len(self, max_model_len: int) -> "ModelSpec":
+        return replace(self, max_model_len=max_model_len)
+
+
+def _spec(name: str, **kw) -> ModelSpec:
+    return ModelSpec(name=name, **kw)
+
+
+# Published architectures (the models' own config.json files on their hubs).
+PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
+    _spec("llama-2-7b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=32,
+          intermediate_size=11008, vocab_size=32000, max_model_len=4096),
+    _spec("llama-2-13b", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
+          intermediate_size=13824, vocab_size=32000, max_model_len=4096),
+    _spec("llama-2-70b", num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
+          intermediate_size=28672, vocab_size=32000, max_model_len=4096),
+    _spec("llama-3.1-8b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+          intermediate_size=14336, vocab_size=128256, max_model_len=131072),
+    _spec("llama-3.1-70b", num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
+          intermediate_size=28672, vocab_size=128256, max_model_len=131072),
+    _spec("qwen3-8b", num_layers=36, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+          head_dim=128, intermediate_size=12288, vocab_size=151936, max_model_len=40960,
+          qk_norm=True),
+    _spec("qwen3-32b", num_layers=64, hidden_size=5120, num_attention_heads=64, num_kv_heads=8,
+          head_dim=128, intermediate_size=25600, vocab_size=151936, max_model_len=40960,
+          qk_norm=True),
+    _spec("qwen3-30b-a3b", num_layers=48, hidden_size=2048, num_attention_heads=32, num_kv_heads=4,
+          head_dim=128, intermediate_size=6144, vocab_size=151936, max_model_len=262144,
+          num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, qk_norm=True),
+    _spec("opt-13b", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
+          intermediate_size=20480, vocab_size=50272, max_model_len=2048, mlp_kind="relu",
+          tie_word_embeddings=True),
+    _spec("yi-34b", num_layers=60, hidden_size=7168, num_attention_heads=56, num_kv_heads=8,
+          intermediate_size=20480, vocab_size=64000, max_model_len=4096),
+    # The tiny Llama that ../shared/tools/vllm-cpu builds (make_tiny_model.py defaults), fp32 there.
+    _spec("tiny-llama", num_layers=8, hidden_size=512, num_attention_heads=8, num_kv_heads=8,
+          intermediate_size=1408, vocab_size=32000, max_model_len=4096, dtype_bytes=4),
+]}
+
+
+def _from_hf_config(cfg: dict, name: str) -> ModelSpec:
+    """Map a HuggingFace config.json (Llama, Mistral, Qwen2/3, Qwen3-MoE, OPT, Yi) to a ModelSpec."""
+    model_type = cfg.get("model_type", "llama")
+    if model_type == "opt":
+        return ModelSpec(
+            name=name, num_layers=cfg["num_hidden_layers"], hidden_size=cfg["hidden_size"],
+            num_attention_heads=cfg["num_attention_heads"], num_kv_heads=cfg["num_attention_heads"],
+            intermediate_size=cfg["ffn_dim"], vocab_size=cfg["vocab_size"],
+            max_model_len=cfg.get("max_position_embeddings", 2048), mlp_kind="relu",
+            tie_word_embeddings=cfg.get("tie_word_embeddings", True))
+    heads = cfg["num_attention_heads"]
+    return ModelSpec(
+        name=name, num_layers=cfg["num_hidden_layers"], hidden_size=cfg["hidden_size"],
+        num_attention_heads=heads, num_kv_heads=cfg.get("num_key_value_heads") or heads,
+        head_dim=cfg.get("head_dim"), intermediate_size=cfg.get("intermediate_size", 0),
+        vocab_size=cfg["vocab_size"], max_model_len=cfg.get("max_position_embeddings", 4096),
+        num_experts=cfg.get("num_experts") or cfg.get("num_local_experts") or 0,
+        num_experts_per_tok=cfg.get("num_experts_per_tok", 0),
+        moe_intermediate_size=cfg.get("moe_intermediate_size") or cfg.get("intermediate_size", 0),
+        qk_norm=model_type.startswith("qwen3"),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        dtype_bytes=4 if cfg.get("torch_dtype") == "float32" else 2)
+
+
+class UnknownModelError(ValueError):
+    pass
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A preset name (case-insensitive, HF org prefix ignored) or a path to a config.json / model dir."""
+    key = name_or_path.lower().rsplit("/", 1)[-1]
+    if key in PRESETS:
+        return PRESETS[key]
+    path = Path(name_or_path)
+    if path.is_dir():
+        path = path / "config.json"
+    if path.is_file():
+        try:
+            cfg = json.loads(path.read_text())
+            return _from_hf_config(cfg, name=path.parent.name or path.stem)
+        except (KeyError, json.JSONDecodeError) as exc:
+            raise UnknownModelError(f"model: {name_or_path!r} is not a usable HuggingFace config.json "
+                                    f"({type(exc).__name__}: {exc})") from None
+    raise UnknownModelError(f"model: {name_or_path!r} is neither a preset "
+                            f"({', '.join(sorted(PRESETS))}) nor a config.json path")

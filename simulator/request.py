@@ -1,0 +1,76 @@
+"""A request's state as the scheduler sees it (vLLM V1's vocabulary)."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)  # identity-hashed: requests are dict keys in a Batch
+class Request:
+    request_id: int
+    arrival_s: float
+    num_prompt_tokens: int
+    max_output_tokens: int
+    prompt_token_ids: tuple[int, ...] | None = None
+    priority: int = 0
+
+    num_computed_tokens: int = 0     # C: tokens whose KV is (or is being) computed
+    num_output_tokens: int = 0
+    status: RequestStatus = RequestStatus.WAITING
+    num_preemptions: int = 0
+    scheduled_s: float | None = None      # first admission (queueing ends)
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    finish_s: float | None = None
+    num_cached_tokens: int = 0            # prefix-cache hits at (last) admission
+    # Inter-token gaps are summarised, not stored per token, so memory does not grow with tokens.
+    max_itl_s: float = 0.0
+    itl_sum_s: float = 0.0
+    itl_sq_sum_s2: float = 0.0
+    itl_gaps_s: list[float] | None = field(default=None, repr=False)  # kept only when asked
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus outputs so far: what a (re-)prefill must cover."""
+        return self.num_prompt_tokens + self.num_output_tokens
+
+    @property
+    def num_remaining_tokens(self) -> int:
+        """Tokens to schedule before this request samples again (1 for a decode)."""
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_prefill(self) -> bool:
+        return self.num_remaining_tokens > 1 or self.num_output_tokens == 0
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    def record_token(self, now_s: float) -> None:
+        """One output token sampled at ``now_s`` (the end of the step that produced it)."""
+        if self.first_token_s is None:
+            self.first_token_s = now_s
+        else:
+            gap = now_s - self.last_token_s
+            self.itl_sum_s += gap
+            self.itl_sq_sum_s2 += gap * gap
+            if gap > self.max_itl_s:
+                self.max_itl_s = gap
+            if self.itl_gaps_s is not None:
+                self.itl_gaps_s.append(gap)
+        self.last_token_s = now_s
+        self.num_output_tokens += 1
+
+    def reset_for_recompute(self) -> None:
+        """Recompute preemption: KV is dropped, outputs are kept and re-prefilled on resume."""
+        self.num_computed_tokens = 0
+        self.status = RequestStatus.PREEMPTED
+        self.num_preemptions += 1
