@@ -30,6 +30,7 @@ class Request:
     last_token_s: float | None = None
     finish_s: float | None = None
     num_cached_tokens: int = 0            # prefix-cache hits at (last) admission
+    client_queue_s: float = 0.0           # time held by the client concurrency limit (not in TTFT)
     # Inter-token gaps are summarised, not stored per token, so memory does not grow with tokens.
     max_itl_s: float = 0.0
     itl_sum_s: float = 0.0

@@ -1,0 +1,80 @@
+"""Paged KV cache: block accounting per semantics doc section 2 (vLLM V1 block pool).
+
+Blocks are counted, not materialised: a request holds ``ceil(tokens / block_size)`` blocks and the
+pool tracks how many are free. Prefix caching needs block identities and hashes; it plugs in by
+overriding ``lookup_prefix`` (admission-time hits) and ``free`` (keep hashed blocks evictable).
+"""
+from __future__ import annotations
+
+from simulator.request import Request
+
+
+class KVCache:
+    def __init__(self, num_gpu_blocks: int, block_size: int, *, reserve_null_block: bool = True):
+        if block_size <= 0:
+            raise ValueError(f"engine.block_size: {block_size} must be a positive integer")
+        # vLLM V1 keeps block 0 as a null block (rule 2.1): the pool is num_gpu_blocks - 1.
+        self.num_total_blocks = num_gpu_blocks - 1 if reserve_null_block else num_gpu_blocks
+        if self.num_total_blocks <= 0:
+            raise ValueError(f"engine.num_gpu_blocks: {num_gpu_blocks} leaves no usable KV block")
+        self.block_size = block_size
+        self.num_free_blocks = self.num_total_blocks
+        self._num_blocks: dict[Request, int] = {}
+
+    # -- queries -------------------------------------------------------------------------------
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def num_blocks_of(self, request: Request) -> int:
+        return self._num_blocks.get(request, 0)
+
+    def num_token_slots_of(self, request: Request) -> int:
+        return self._num_blocks.get(request, 0) * self.block_size
+
+    def blocks_needed(self, request: Request, total_tokens: int) -> int:
+        """Extra blocks the request needs to hold ``total_tokens`` tokens of KV."""
+        return max(0, self.blocks_for(total_tokens) - self._num_blocks.get(request, 0))
+
+    def can_fit(self, request: Request, total_tokens: int, headroom_blocks: int = 0) -> bool:
+        return self.blocks_needed(request, total_tokens) + headroom_blocks <= self.num_free_blocks
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_total_blocks - self.num_free_blocks
+
+    @property
+    def usage(self) -> float:
+        """Like ``vllm:kv_cache_usage_perc``: a 0..1 fraction of the usable pool (rule 2.1, trap 8)."""
+        return 1.0 - self.num_free_blocks / self.num_total_blocks
+
+    # -- changes -------------------------------------------------------------------------------
+    def allocate_up_to(self, request: Request, total_tokens: int, headroom_blocks: int = 0) -> bool:
+        """All-or-nothing: make the request hold enough blocks for ``total_tokens`` tokens."""
+        need = self.blocks_needed(request, total_tokens)
+        if need == 0:
+            return True
+        if need + headroom_blocks > self.num_free_blocks:
+            return False
+        self.num_free_blocks -= need
+        self._num_blocks[request] = self._num_blocks.get(request, 0) + need
+        return True
+
+    def allocate(self, request: Request, num_new_tokens: int, max_model_len: int | None = None,
+                 headroom_blocks: int = 0) -> bool:
+        """Slots for ``num_computed_tokens + num_new_tokens`` tokens (rule 2.2, step 1)."""
+        total = request.num_computed_tokens + num_new_tokens
+        if max_model_len is not None:
+            total = min(total, max_model_len)
+        return self.allocate_up_to(request, total, headroom_blocks)
+
+    def free(self, request: Request) -> None:
+        self.num_free_blocks += self._num_blocks.pop(request, 0)
+
+    def lookup_prefix(self, request: Request) -> int:
+        """Tokens of the request's prompt already cached (prefix caching seam; 0 here)."""
+        return 0
+
+    def check_invariants(self) -> None:
+        held = sum(self._num_blocks.values())
+        assert 0 <= self.num_free_blocks <= self.num_total_blocks, self.num_free_blocks
+        assert held + self.num_free_blocks == self.num_total_blocks, (held, self.num_free_blocks)

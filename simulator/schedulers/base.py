@@ -1,0 +1,120 @@
+"""What every scheduler shares: queues, the step-end bookkeeping, recompute preemption."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import ClassVar
+
+from simulator.batch import Batch
+from simulator.kv_cache import KVCache
+from simulator.request import Request, RequestStatus
+
+
+@dataclass(frozen=True)
+class SchedulerContext:
+    """Engine facts a scheduler needs besides its own options."""
+    max_model_len: int
+    block_size: int
+    # vLLM's defaults depend on the GPU (semantics §8); the builder resolves them from hardware.
+    default_max_num_seqs: int = 256
+    default_max_num_batched_tokens: int = 2048
+
+
+class SchedulerError(ValueError):
+    """An impossible scheduler configuration, reported before the run."""
+
+
+class Scheduler:
+    family: ClassVar[str] = "base"
+    Options: ClassVar[type]
+
+    def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
+        self.kv = kv_cache
+        self.max_model_len = context.max_model_len
+        self.options = self.resolve_defaults(options, context)
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.num_preemptions = 0
+        self.check_config()
+
+    # -- hooks a policy may override ---------------------------------------------------------
+    @classmethod
+    def resolve_class(cls, options) -> type["Scheduler"]:
+        """The class that implements these options (a preset may delegate to another policy)."""
+        return cls
+
+    def resolve_defaults(self, options, context: SchedulerContext):
+        """Fill knobs left unset with vLLM's defaults (semantics §8)."""
+        budget = options.max_num_batched_tokens or context.default_max_num_batched_tokens
+        if not getattr(options, "enable_chunked_prefill", True) and not options.max_num_batched_tokens:
+            budget = max(budget, context.max_model_len)  # chunking off raises it (trap 11)
+        max_num_seqs = options.max_num_seqs or min(context.default_max_num_seqs, budget)
+        return replace(options, max_num_seqs=max_num_seqs, max_num_batched_tokens=budget)
+
+    def check_config(self) -> None:
+        """Raise SchedulerError for settings the real engine refuses at startup."""
+
+    def schedule(self, now_s: float) -> Batch:
+        raise NotImplementedError
+
+    def next_wakeup_s(self, now_s: float) -> float | None:
+        """When an idle engine must look again although nothing arrives (None: only on arrival)."""
+        return None
+
+    def max_request_tokens(self) -> int:
+        """The longest prompt this policy can ever admit (impossible requests are caught up front)."""
+        return self.max_model_len - 1
+
+    # -- shared --------------------------------------------------------------------------------
+    def add(self, request: Request) -> None:
+        request.status = RequestStatus.WAITING
+        self.waiting.append(request)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running)
+
+    def on_step_end(self, batch: Batch, now_s: float) -> list[Request]:
+        """Every request that caught up samples one token (rule 1.3.1); finished ones free KV."""
+        finished = []
+        for request in batch.num_scheduled_tokens:
+            if request.num_computed_tokens < request.num_tokens:
+                continue  # a partial prefill chunk emits nothing (trap 1)
+            request.record_token(now_s)
+            if self.is_stopped(request):
+                finished.append(request)
+        if finished:
+            self.finish(finished, now_s)
+        return finished
+
+    def is_stopped(self, request: Request) -> bool:
+        # rule 1.3.2 (ignore_eos): max_tokens reached, or the context is full.
+        return (request.num_output_tokens >= request.max_output_tokens
+                or request.num_tokens >= self.max_model_len)
+
+    def finish(self, finished: list[Request], now_s: float) -> None:
+        done = set(finished)
+        for request in finished:
+            request.status = RequestStatus.FINISHED
+            request.finish_s = now_s
+            self.kv.free(request)
+        self.running = [r for r in self.running if r not in done]
+
+    def admit(self, request: Request, now_s: float) -> None:
+        request.status = RequestStatus.RUNNING
+        if request.scheduled_s is None:
+            request.scheduled_s = now_s
+        self.running.append(request)
+
+    def preempt(self, victim: Request) -> None:
+        """Recompute preemption: drop KV, keep outputs, back to the head of waiting (rule 2.5)."""
+        self.kv.free(victim)
+        victim.reset_for_recompute()
+        self.waiting.appendleft(victim)
+        self.num_preemptions += 1
+
+    @staticmethod
+    def schedule_tokens(batch: Batch, request: Request, num_tokens: int) -> None:
+        """Add to the batch and advance C at schedule time, as vLLM V1 does (rule 1.2)."""
+        batch.add(request, num_tokens)
+        request.num_computed_tokens += num_tokens

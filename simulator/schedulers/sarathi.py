@@ -1,0 +1,82 @@
+"""Sarathi-Serve stall-free batching: decodes first, then prefill chunks up to the budget (§4)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.batch import Batch
+from simulator.request import Request
+from simulator.schedulers.base import Scheduler, SchedulerError
+from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
+from simulator.schedulers.registry import register_scheduler
+
+
+@options_config
+@dataclass(frozen=True)
+class SarathiOptions(SchedulerOptions):
+    watermark: Fraction = 0.01           # can_allocate keeps 1% of blocks free
+
+
+@register_scheduler("sarathi", defaults={"max_num_seqs": 128, "max_num_batched_tokens": 512},
+                    description="Sarathi-Serve: every decode first, then chunks of prompts up to "
+                    "the token budget (chunk_size); whole-prompt blocks at admission")
+class SarathiScheduler(Scheduler):
+    family = "chunked_prefill"
+    Options = SarathiOptions
+
+    def check_config(self) -> None:
+        o = self.options
+        if o.max_num_batched_tokens < o.max_num_seqs:
+            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
+                                 f" must be >= max_num_seqs ({o.max_num_seqs}) so decodes never stall")
+
+    def schedule(self, now_s: float) -> Batch:
+        batch = Batch()
+        self.running.sort(key=lambda r: r.arrival_s)  # oldest first (§4 step 1)
+        budget = self.options.max_num_batched_tokens - self._schedule_decodes(batch)
+        budget = self._schedule_partial_prefills(batch, budget)
+        self._schedule_new(batch, budget, now_s)
+        return batch
+
+    def _schedule_decodes(self, batch: Batch) -> int:
+        num_scheduled = 0
+        for request in list(self.running):
+            if request.is_prefill or request not in self.running:
+                continue
+            if not self._append_slot(request, batch):
+                continue  # the request preempted itself
+            self.schedule_tokens(batch, request, 1)
+            num_scheduled += 1
+        return num_scheduled
+
+    def _append_slot(self, request: Request, batch: Batch) -> bool:
+        """A decode that starts a new block needs one; else preempt the latest arrival (§4 step 2)."""
+        while not self.kv.allocate(request, 1):
+            victim = self.running.pop()
+            self.preempt(victim)
+            batch.num_preempted += 1
+            if victim is request:
+                return False
+        return True
+
+    def _schedule_partial_prefills(self, batch: Batch, budget: int) -> int:
+        for request in self.running:
+            if budget <= 0:
+                break
+            if request.is_prefill and request not in batch.num_scheduled_tokens:
+                n = min(request.num_remaining_tokens, budget)
+                self.schedule_tokens(batch, request, n)  # blocks were allocated at admission
+                budget -= n
+        return budget
+
+    def _schedule_new(self, batch: Batch, budget: int, now_s: float) -> None:
+        headroom = int(self.options.watermark * self.kv.num_total_blocks)
+        while self.waiting and budget > 0 and len(self.running) < self.options.max_num_seqs:
+            request = self.waiting[0]
+            # can_allocate: the whole prompt (plus outputs when resuming) and the watermark.
+            if not self.kv.allocate_up_to(request, request.num_tokens, headroom_blocks=headroom):
+                break
+            self.waiting.popleft()
+            self.admit(request, now_s)
+            n = min(request.num_tokens, budget)
+            self.schedule_tokens(batch, request, n)
+            budget -= n

@@ -1,0 +1,75 @@
+"""Static batching (FasterTransformer / HF generate): no refill until the batch drains (§6)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from simulator.batch import Batch
+from simulator.request import Request
+from simulator.schedulers.base import Scheduler
+from simulator.schedulers.options import (NonNegativeFloat, PositiveInt, SchedulerOptions,
+                                          options_config)
+from simulator.schedulers.registry import register_scheduler
+
+
+@options_config
+@dataclass(frozen=True)
+class StaticOptions(SchedulerOptions):
+    max_batch_size: PositiveInt | None = None   # default: max_num_seqs
+    max_wait_s: NonNegativeFloat = 0.0  # wait for a full batch at most this long
+    # ft: a member's latency ends at its own last token, finished rows stop computing, no refill.
+    # hf: padded rows compute until the longest finishes; outputs return at batch end (trap 18).
+    variant: Literal["ft", "hf"] = "ft"
+
+
+@register_scheduler("static", aliases=("faster_transformer",),
+                    description="Static batching: a batch is formed when the engine is idle and "
+                    "runs until its longest member finishes; no refill")
+class StaticScheduler(Scheduler):
+    family = "static"
+    Options = StaticOptions
+
+    def __init__(self, options, kv_cache, context):
+        super().__init__(options, kv_cache, context)
+        self.batch_members: list[Request] = []
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.options.max_batch_size or self.options.max_num_seqs
+
+    def next_wakeup_s(self, now_s: float) -> float | None:
+        """When an idle engine should look again although nothing arrives (the max_wait timer)."""
+        if self.running or not self.waiting or len(self.waiting) >= self.max_batch_size:
+            return None
+        return self.waiting[0].arrival_s + self.options.max_wait_s
+
+    def schedule(self, now_s: float) -> Batch:
+        if not self.running and not self._form_batch(now_s):
+            return Batch()
+        batch = Batch()
+        for request in self.running:
+            self.schedule_tokens(batch, request, request.num_remaining_tokens)
+        if self.options.variant == "hf":
+            batch.num_padding_rows = len(self.batch_members) - len(self.running)
+        return batch
+
+    def _form_batch(self, now_s: float) -> bool:
+        wake = self.next_wakeup_s(now_s)
+        if wake is not None and now_s < wake:
+            return False  # still waiting for a fuller batch
+        self.batch_members = []
+        while self.waiting and len(self.running) < self.max_batch_size:
+            request = self.waiting[0]
+            if not self.kv.allocate_up_to(request, self.max_model_len):
+                break  # each member reserves a whole context
+            self.waiting.popleft()
+            self.admit(request, now_s)
+            self.batch_members.append(request)
+        return bool(self.running)
+
+    def finish(self, finished: list[Request], now_s: float) -> None:
+        super().finish(finished, now_s)
+        if self.options.variant == "hf" and not self.running:
+            for request in self.batch_members:  # non-streaming: everything returns at batch end
+                request.first_token_s = request.last_token_s = request.finish_s = now_s
+                request.itl_sum_s = request.itl_sq_sum_s2 = request.max_itl_s = 0.0

@@ -1,0 +1,83 @@
+"""vLLM V0 (legacy): prefill-prioritised steps, whole-prompt allocation, recompute (semantics §3)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.batch import Batch
+from simulator.schedulers.base import Scheduler, SchedulerError
+from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
+from simulator.schedulers.registry import register_scheduler
+from simulator.schedulers.sarathi import SarathiScheduler
+
+
+@options_config
+@dataclass(frozen=True)
+class VllmV0Options(SchedulerOptions):
+    enable_chunked_prefill: Bool = False
+    watermark: Fraction = 0.01           # block manager: admit only if free - required >= 1%
+
+
+@register_scheduler("vllm_v0", description="vLLM V0: a step is all-prefill or all-decode; "
+                    "paged KV; whole-prompt blocks at admission; recompute preemption of the tail")
+class VllmV0Scheduler(Scheduler):
+    family = "continuous"
+    Options = VllmV0Options
+
+    @classmethod
+    def resolve_class(cls, options) -> type[Scheduler]:
+        # V0 with chunked prefill mixes running chunks/decodes then new prefills under one budget
+        # and allocates whole prompts at admission: Sarathi's rules (semantics §3 "Chunked prefill").
+        return SarathiScheduler if options.enable_chunked_prefill else cls
+
+    def check_config(self) -> None:
+        o = self.options
+        if o.max_num_batched_tokens < o.max_num_seqs:
+            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
+                                 f" must be >= max_num_seqs ({o.max_num_seqs})")
+
+    def max_request_tokens(self) -> int:
+        # Prompts longer than min(max_model_len, max_num_batched_tokens) are ignored by V0.
+        return min(self.max_model_len, self.options.max_num_batched_tokens)
+
+    def _watermark_blocks(self) -> int:
+        return int(self.options.watermark * self.kv.num_total_blocks)
+
+    def schedule(self, now_s: float) -> Batch:
+        batch = Batch()
+        self._schedule_prefills(batch, now_s)
+        if not batch:  # any admitted prefill makes the step prefill-only (trap 3)
+            self._schedule_decodes(batch)
+        return batch
+
+    def _schedule_prefills(self, batch: Batch, now_s: float) -> None:
+        o = self.options
+        num_tokens = 0
+        while self.waiting:
+            request = self.waiting[0]
+            n = request.num_tokens  # a resumed request re-prefills prompt + outputs
+            if len(self.running) + 1 > o.max_num_seqs or num_tokens + n > o.max_num_batched_tokens:
+                break
+            # Block manager: LATER (break) unless free - required >= watermark.
+            if not self.kv.allocate_up_to(request, n, headroom_blocks=self._watermark_blocks()):
+                break
+            self.waiting.popleft()
+            self.admit(request, now_s)
+            self.schedule_tokens(batch, request, n)
+            num_tokens += n
+
+    def _schedule_decodes(self, batch: Batch) -> None:
+        i = 0
+        while i < len(self.running):
+            request = self.running[i]
+            preempted_self = False
+            while not self.kv.allocate(request, 1):
+                victim = self.running.pop()  # the tail (latest arrival under fcfs)
+                self.preempt(victim)
+                batch.num_preempted += 1
+                if victim is request:
+                    preempted_self = True
+                    break
+            if preempted_self:
+                break
+            self.schedule_tokens(batch, request, 1)
+            i += 1

@@ -1,0 +1,123 @@
+"""vLLM V1: one token budget, running requests in admission order, then waiting (semantics §1, §2)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.batch import Batch
+from simulator.request import Request
+from simulator.schedulers.base import Scheduler, SchedulerError
+from simulator.schedulers.options import Bool, Fraction, NonNegativeInt, SchedulerOptions, options_config
+from simulator.schedulers.registry import register_scheduler
+
+
+@options_config
+@dataclass(frozen=True)
+class VllmV1Options(SchedulerOptions):
+    enable_chunked_prefill: Bool = True
+    long_prefill_token_threshold: NonNegativeInt = 0
+    reserve_full_isl: Bool = True        # newer V1 admission gate (rule 2.3); older V1: False
+    watermark: Fraction = 0.0
+
+
+@register_scheduler("vllm_v1", description="vLLM V1: token budget over running (admission order) "
+                    "then waiting; chunked prefill; recompute preemption of the running tail")
+class VllmV1Scheduler(Scheduler):
+    family = "chunked_prefill"
+    Options = VllmV1Options
+
+    def check_config(self) -> None:  # [CFG] startup checks, rule 1.2
+        o = self.options
+        if o.max_num_batched_tokens < o.max_num_seqs:
+            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
+                                 f" must be >= max_num_seqs ({o.max_num_seqs})")
+        if not o.enable_chunked_prefill and o.max_num_batched_tokens < self.max_model_len:
+            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
+                                 f" must be >= max_model_len ({self.max_model_len}) with chunked prefill off")
+
+    def _cap(self, n: int) -> int:
+        threshold = self.options.long_prefill_token_threshold
+        return threshold if 0 < threshold < n else n
+
+    def schedule(self, now_s: float) -> Batch:
+        batch = Batch()
+        budget = self._schedule_running(batch, self.options.max_num_batched_tokens)
+        if batch.num_preempted == 0:  # Phase B is skipped in a step that preempted (trap 4)
+            self._schedule_waiting(batch, budget, now_s)
+        return batch
+
+    def _schedule_running(self, batch: Batch, budget: int) -> int:
+        i = 0
+        while i < len(self.running) and budget > 0:
+            request = self.running[i]
+            n = min(self._cap(request.num_remaining_tokens), budget,
+                    self.max_model_len - 1 - request.num_computed_tokens)
+            if n <= 0:
+                i += 1
+                continue
+            while not self.kv.allocate(request, n):
+                victim = self._pick_victim()
+                budget += self._preempt_running(batch, victim)
+                if victim is request:
+                    return budget  # the requester preempted itself: Phase A ends (rule 1.2 A4)
+                if self.running.index(request) < i:
+                    i -= 1  # a scheduled request before us left the list
+            self.schedule_tokens(batch, request, n)
+            budget -= n
+            i += 1
+        return budget
+
+    def _pick_victim(self) -> Request:
+        if self.options.scheduling_policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_s))
+        return self.running[-1]  # fcfs: the tail, latest admitted or resumed (trap 6)
+
+    def _preempt_running(self, batch: Batch, victim: Request) -> int:
+        """Preempt; roll back the victim's tokens if already scheduled this step (rule 2.5)."""
+        refunded = 0
+        if victim in batch.num_scheduled_tokens:
+            refunded = batch.remove(victim)
+        self.running.remove(victim)
+        self.preempt(victim)
+        batch.num_preempted += 1
+        return refunded
+
+    def _schedule_waiting(self, batch: Batch, budget: int, now_s: float) -> None:
+        o = self.options
+        while self.waiting and budget > 0:
+            if len(self.running) >= o.max_num_seqs:
+                break
+            request = self._peek_waiting()
+            num_hit = self.kv.lookup_prefix(request) if request.num_computed_tokens == 0 else 0
+            n = self._cap(request.num_tokens - num_hit)
+            if not o.enable_chunked_prefill and n > budget:
+                break  # head-of-line: smaller requests behind are not tried (rule 1.2 B5)
+            n = min(n, budget)
+            if not self._admission_fits(request, num_hit):
+                break
+            request.num_computed_tokens = num_hit
+            if not self.kv.allocate(request, n):
+                break  # waiting requests never preempt (rule 1.2 B7)
+            self._pop_waiting(request)
+            request.num_cached_tokens = num_hit
+            self.admit(request, now_s)
+            self.schedule_tokens(batch, request, n)
+            budget -= n
+
+    def _admission_fits(self, request: Request, num_hit: int) -> bool:
+        """Newer V1 gates (rule 2.3): room for the whole prompt, plus watermark if others run."""
+        headroom = int(self.options.watermark * self.kv.num_total_blocks) if self.running else 0
+        if not self.options.reserve_full_isl:
+            return headroom == 0 or self.kv.num_free_blocks >= headroom
+        total = min(request.num_tokens, self.max_model_len)
+        return self.kv.blocks_for(total - num_hit) + headroom <= self.kv.num_free_blocks
+
+    def _peek_waiting(self) -> Request:
+        if self.options.scheduling_policy == "priority":
+            return min(self.waiting, key=lambda r: (r.priority, r.arrival_s))
+        return self.waiting[0]
+
+    def _pop_waiting(self, request: Request) -> None:
+        if self.waiting[0] is request:
+            self.waiting.popleft()
+        else:
+            self.waiting.remove(request)
