@@ -1,0 +1,122 @@
+"""Accelerators: datasheet figures from ``catalog/hardware.csv`` or an inline spec.
+
+The catalog is a compact table derived from ``../shared/reference/gpu-specs.csv`` (vendor datasheet
+figures, dense, without 2:4 sparsity) plus interconnect figures; every row names its sources and
+how firmly they are known in its ``source`` text.
+
+Memory sizes are read as GiB (``memory_gb x 2**30`` bytes): the marketing "80 GB" of an H100 is
+reported by ``torch.cuda.mem_get_info`` as 79.2 GiB, so GiB is within ~1% of what vLLM sizes its
+KV cache from, while decimal GB would be 7% short.
+"""
+from __future__ import annotations
+
+import csv
+import functools
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+GiB = 2**30
+_GB_PER_S = 1e9
+_TFLOPS = 1e12
+_INLINE_REQUIRED = ("memory_gb", "memory_bandwidth_GBps", "bf16_tflops")
+_INLINE_OPTIONAL = ("interconnect_GBps", "fp8_tflops", "name")
+# An inline spec without an interconnect figure is taken to sit on PCIe Gen4 x16, the weakest link
+# any listed part has, so a tensor-parallel estimate errs towards slow rather than fast.
+_DEFAULT_INTERCONNECT_GBPS = 64.0
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    name: str
+    memory_bytes: int
+    memory_bandwidth_Bps: float
+    bf16_flops: float                 # dense peak, FLOP/s
+    fp8_flops: float | None           # dense peak, FLOP/s; None where the part has no FP8 path
+    interconnect_bandwidth_Bps: float  # per GPU, as datasheets quote it (NVLink totals, PCIe x16)
+    source: str
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GiB
+
+
+@functools.cache
+def _catalog() -> tuple[tuple[HardwareSpec, ...], dict[str, str]]:
+    """The presets in file order, and every accepted name (canonical and alias) -> canonical."""
+    text = resources.files("cost_models").joinpath("catalog/hardware.csv").read_text()
+    specs, names = [], {}
+    for row in csv.DictReader(text.splitlines()):
+        spec = HardwareSpec(
+            name=row["name"],
+            memory_bytes=int(float(row["memory_gb"]) * GiB),
+            memory_bandwidth_Bps=float(row["memory_bandwidth_GBps"]) * _GB_PER_S,
+            bf16_flops=float(row["bf16_tflops"]) * _TFLOPS,
+            fp8_flops=float(row["fp8_tflops"]) * _TFLOPS if row["fp8_tflops"] else None,
+            interconnect_bandwidth_Bps=float(row["interconnect_GBps"]) * _GB_PER_S,
+            source=row["source"])
+        specs.append(spec)
+        for alias in [spec.name, *filter(None, row["aliases"].split(";"))]:
+            names[_normalise(alias)] = spec.name
+    return tuple(specs), names
+
+
+def _normalise(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def list_hardware() -> list[HardwareSpec]:
+    """Every preset, in catalog order (for ``servesim hardware``)."""
+    return list(_catalog()[0])
+
+
+def hardware_aliases() -> dict[str, str]:
+    """Accepted name -> preset name (a preset's own name maps to itself)."""
+    return dict(_catalog()[1])
+
+
+def load_hardware(name_or_spec: str | dict) -> HardwareSpec:
+    """A preset name (case-insensitive, aliases accepted) or an inline spec dict.
+
+    Inline: ``{memory_gb, memory_bandwidth_GBps, bf16_tflops, interconnect_GBps?, fp8_tflops?, name?}``.
+    """
+    if isinstance(name_or_spec, dict):
+        return _from_inline(name_or_spec)
+    if isinstance(name_or_spec, str):
+        specs, names = _catalog()
+        canonical = names.get(_normalise(name_or_spec))
+        if canonical is not None:
+            return next(s for s in specs if s.name == canonical)
+    presets = ", ".join(s.name for s in _catalog()[0])
+    raise ValueError(f"hardware: {name_or_spec!r} is not a preset ({presets}) or an inline spec")
+
+
+def _from_inline(spec: dict) -> HardwareSpec:
+    unknown = sorted(set(spec) - set(_INLINE_REQUIRED) - set(_INLINE_OPTIONAL))
+    if unknown:
+        allowed = ", ".join(_INLINE_REQUIRED + _INLINE_OPTIONAL)
+        raise ValueError(f"hardware.{unknown[0]}: unknown key in an inline spec (allowed: {allowed})")
+    for key in _INLINE_REQUIRED:
+        if key not in spec:
+            raise ValueError(f"hardware.{key}: required in an inline spec")
+    values = {k: _positive(k, spec[k]) for k in (*_INLINE_REQUIRED, "interconnect_GBps", "fp8_tflops")
+              if spec.get(k) is not None}
+    name = spec.get("name", "custom")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"hardware.name: {name!r} is not a non-empty string")
+    fp8 = values.get("fp8_tflops")
+    return HardwareSpec(
+        name=name,
+        memory_bytes=int(values["memory_gb"] * GiB),
+        memory_bandwidth_Bps=values["memory_bandwidth_GBps"] * _GB_PER_S,
+        bf16_flops=values["bf16_tflops"] * _TFLOPS,
+        fp8_flops=fp8 * _TFLOPS if fp8 is not None else None,
+        interconnect_bandwidth_Bps=values.get("interconnect_GBps", _DEFAULT_INTERCONNECT_GBPS) * _GB_PER_S,
+        source="inline spec from the scenario file")
+
+
+def _positive(key: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"hardware.{key}: {value!r} is not a positive number")
+    return float(value)

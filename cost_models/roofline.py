@@ -1,0 +1,159 @@
+"""Analytic step cost from the model's shapes and the GPU's datasheet: a roofline per operator group.
+
+Each group (the linear layers, attention over decodes, attention over prefill chunks, the lm_head)
+takes max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) on one tensor-parallel rank, and
+the groups run one after another, so their times add. One roofline per group is more honest than one
+global max: a mixed step's decode attention is bandwidth-bound while its GEMMs may be compute-bound.
+Tensor parallelism adds two all-reduces per layer (after attention and after the MLP).
+
+Called once per simulated step, so ``step_time_s`` does a handful of numpy reductions and scalar
+arithmetic on constants precomputed in ``__post_init__``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cost_models.batch_shape import BatchShape
+from cost_models.hardware import HardwareSpec
+from cost_models.memory import check_tensor_parallel_size
+from cost_models.model_spec import ModelSpec
+
+# Full-width hidden-state traffic per token per layer, in hidden_size elements, replicated on every
+# rank: two RMSNorms (read + write: 4), two residual adds (two reads + one write: 6), the inputs of
+# the QKV and gate_up GEMMs (2) and the outputs of the O and down GEMMs (2).
+HIDDEN_RW_PER_LAYER = 14
+LOGIT_BYTES = 4  # vLLM upcasts logits to fp32 for sampling
+
+
+@dataclass(frozen=True)
+class RooflineCostModel:
+    model: ModelSpec
+    hardware: HardwareSpec
+    tensor_parallel_size: int = 1
+    # Large BF16 GEMMs reach 60-75% of the dense datasheet peak (the H200 reference measured
+    # 761-766 of 989 TFLOP/s on 8192^3); whole layers with smaller GEMMs and attention do less.
+    compute_efficiency: float = 0.6
+    # Streaming kernels reach ~85% of datasheet bandwidth (H200 reference: 4.06-4.18 of 4.8 TB/s).
+    bandwidth_efficiency: float = 0.8
+    # Per-step time no kernel accounts for: vLLM's scheduler, input preparation and the host-device
+    # sync of sampled tokens, plus launch gaps. The H200 reference's CUDA-graph decode at batch 1
+    # spends ~3.9 ms beyond reading the weights at measured bandwidth in a plain-PyTorch harness
+    # with ~20 kernels per layer; an engine with fused kernels sits nearer 2 ms.
+    step_overhead_s: float = 2e-3
+    # Fixed cost of one small all-reduce (NCCL or vLLM's custom all-reduce over NVLink), on the
+    # order of 10 us; paid 2 x num_layers times per step at tensor_parallel_size > 1.
+    allreduce_latency_s: float = 1e-5
+    _k: "_PerRank" = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_tensor_parallel_size(self.model, self.tensor_parallel_size)
+        for name in ("compute_efficiency", "bandwidth_efficiency"):
+            value = getattr(self, name)
+            if not _is_number(value) or not 0 < value <= 1:
+                raise ValueError(f"cost_model.{name}: {value!r} is not in (0, 1]")
+        for name in ("step_overhead_s", "allreduce_latency_s"):
+            value = getattr(self, name)
+            if not _is_number(value) or value < 0:
+                raise ValueError(f"cost_model.{name}: {value!r} is not a non-negative number of seconds")
+        object.__setattr__(self, "_k", _per_rank(self))
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        new, ctx = shape.new_tokens, shape.context_tokens
+        if len(new) == 0:
+            return self.step_overhead_s
+        k = self._k
+        tokens, ctx_sum = int(new.sum()), int(ctx.sum())
+        is_decode = new == 1
+        num_decode = int(np.count_nonzero(is_decode))
+        if num_decode == len(new):  # all-decode steps are most steps: skip the prefill sums
+            decode_ctx, prefill_pairs = ctx_sum, 0.0
+        else:
+            decode_ctx = int(ctx[is_decode].sum()) if num_decode else 0
+            # causal attention pairs: sum over sequences of new x (ctx + (new + 1) / 2)
+            pairs = int(np.dot(new, ctx)) + (int(np.dot(new, new)) + tokens) / 2
+            prefill_pairs = pairs - decode_ctx - num_decode
+        decode_pairs = decode_ctx + num_decode
+        prefill_tokens, prefill_ctx = tokens - num_decode, ctx_sum - decode_ctx
+        num_sampled = int(np.count_nonzero(shape.samples))
+        weight_s = k.dense_weight_s
+        if k.expert_s:
+            weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
+        time_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
+        time_s += max(k.attn_s_per_pair * decode_pairs,
+                      k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decode)
+        time_s += max(k.attn_s_per_pair * prefill_pairs,
+                      k.kv_s_per_token * (prefill_ctx + prefill_tokens) + k.q_s_per_token * prefill_tokens)
+        if num_sampled:
+            time_s += max(k.lm_head_s_per_row * num_sampled,
+                          k.lm_head_weight_s + k.logit_s_per_row * num_sampled)
+        if k.allreduces:
+            time_s += k.allreduces * (k.allreduce_s_per_token * tokens + self.allreduce_latency_s)
+        return time_s + self.step_overhead_s
+
+
+def _is_number(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _PerRank:
+    """Every shape-independent factor of step_time_s on one rank, as seconds per unit of work.
+
+    Compute terms are FLOPs / (peak x compute_efficiency), memory terms bytes / (bandwidth x
+    bandwidth_efficiency); see _per_rank for the FLOP and byte counts.
+    """
+    linear_s_per_token: float      # GEMM FLOPs of one token through every layer
+    dense_weight_s: float          # reading the non-expert weights once per step
+    expert_s: float                # reading one expert of every layer (MoE; 0 for dense models)
+    num_experts: int
+    top_k: int
+    activation_s_per_token: float  # activation traffic of one token through the linear layers
+    attn_s_per_pair: float         # attention FLOPs of one (query, key) pair over every layer
+    kv_s_per_token: float          # reading or writing one token's K and V in every layer
+    q_s_per_token: float           # reading Q and writing the attention output of one token
+    lm_head_s_per_row: float
+    lm_head_weight_s: float
+    logit_s_per_row: float         # writing one row of fp32 logits
+    allreduces: int                # per step; 0 at tensor_parallel_size 1
+    allreduce_s_per_token: float   # ring all-reduce bytes of one token's hidden state / link speed
+
+
+def _per_rank(m: RooflineCostModel) -> _PerRank:
+    spec, tp, b = m.model, m.tensor_parallel_size, m.model.dtype_bytes
+    flops = m.hardware.bf16_flops * m.compute_efficiency
+    bandwidth = m.hardware.memory_bandwidth_Bps * m.bandwidth_efficiency
+    layers, hidden, vocab = spec.num_layers, spec.hidden_size, spec.vocab_size
+    mats = 3 if spec.mlp_kind == "swiglu" else 2
+    router = hidden * spec.num_experts
+    expert = mats * hidden * spec.moe_intermediate_size
+    dense_per_layer = spec.attn_params_per_layer + (router if spec.is_moe else spec.mlp_params_per_layer)
+    active_per_layer = spec.attn_params_per_layer + spec.active_mlp_params_per_layer + router
+    return _PerRank(
+        linear_s_per_token=2 * layers * active_per_layer / tp / flops,
+        dense_weight_s=layers * dense_per_layer * b / tp / bandwidth,
+        expert_s=layers * expert * b / tp / bandwidth if spec.is_moe else 0.0,
+        num_experts=spec.num_experts,
+        top_k=spec.num_experts_per_tok,
+        activation_s_per_token=layers * b * _activation_elements_per_token(spec, tp) / bandwidth,
+        attn_s_per_pair=2 * 2 * spec.q_size * layers / tp / flops,
+        kv_s_per_token=spec.kv_bytes_per_token(tp) / bandwidth,
+        q_s_per_token=layers * 2 * spec.q_size * b / tp / bandwidth,
+        lm_head_s_per_row=2 * hidden * vocab / tp / flops,
+        lm_head_weight_s=hidden * vocab * b / tp / bandwidth,
+        logit_s_per_row=vocab * LOGIT_BYTES / tp / bandwidth,
+        allreduces=2 * layers if tp > 1 else 0,
+        allreduce_s_per_token=2 * (tp - 1) / tp * hidden * b / m.hardware.interconnect_bandwidth_Bps)
+
+
+def _activation_elements_per_token(spec: ModelSpec, tp: int) -> float:
+    """Activation elements one token moves through one layer's linear part on one rank."""
+    # QKV output, O input, then gate_up output, the activation's read and write, down's input.
+    projections = 2 * spec.q_size + 2 * spec.kv_size
+    if spec.is_moe:
+        mlp = spec.num_experts_per_tok * 6 * spec.moe_intermediate_size + spec.num_experts
+    else:
+        mlp = (6 if spec.mlp_kind == "swiglu" else 4) * spec.intermediate_size
+    return HIDDEN_RW_PER_LAYER * spec.hidden_size + (projections + mlp) / tp
