@@ -1,0 +1,169 @@
+"""Turn a ``WorkloadSpec`` (the scenario's ``workload:`` block) into a ``WorkloadTrace``.
+
+Draw order from the passed generator (fixed, so one seed gives the same bytes):
+- ``num_requests`` N: (1) lengths: ``lengths`` (vllm_random: inputs, outputs[, offsets, prefix]) or
+  ``prompt_len`` then ``output_len``; (2) arrival times; (3) priorities. Lengths come first so that a
+  fresh ``default_rng(seed)`` gives vLLM's own random-dataset lengths, and so that sweeping the rate
+  keeps every request's lengths (paired comparisons).
+- ``duration_s``: (1) arrival times (they decide N); then lengths and priorities as above.
+- trace: nothing is drawn except priorities, when ``priority`` is given (it overrides the trace's).
+
+Closed loop: ``max_concurrency`` C is vLLM bench's client semaphore over in-flight requests; it is
+carried on the trace and the engine enforces it. Combined with arrival kind ``inf`` it is C users
+issuing requests back to back; with a finite rate, arrivals beyond C wait for a free slot.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import ConfigDict, Field
+
+from simulator.workload.arrivals import ConstantArrivals, GammaArrivals, InfArrivals, PoissonArrivals
+from simulator.workload.lengths import (EmpiricalLength, FixedLength, LognormalLength, UniformLength,
+                                        VllmRandomLengths, invalid)
+from simulator.workload.traces import TraceArrivals, WorkloadTrace
+
+ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals, ConstantArrivals, InfArrivals, TraceArrivals],
+                        Field(discriminator="kind")]
+LengthSpec = Annotated[Union[FixedLength, UniformLength, LognormalLength, EmpiricalLength],
+                       Field(discriminator="kind")]
+_ARRIVALS = (PoissonArrivals, GammaArrivals, ConstantArrivals, InfArrivals, TraceArrivals)
+_LENGTHS = (FixedLength, UniformLength, LognormalLength, EmpiricalLength)
+
+
+@dataclass(frozen=True)
+class PriorityChoice:
+    """Each request's priority drawn from ``values`` (vLLM: lower is served first), with optional
+    ``weights``. A single value draws nothing."""
+
+    kind: Literal["choice"] = field(default="choice", kw_only=True)
+    values: tuple[int, ...]
+    weights: tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)], ...] | None = None
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    def __post_init__(self) -> None:
+        if not self.values or not all(isinstance(v, int) and not isinstance(v, bool) for v in self.values):
+            raise invalid("PriorityChoice.values", self.values, "a non-empty list of integers")
+        weights = self.weights
+        if weights is not None and (len(weights) != len(self.values) or not _valid_weights(weights)):
+            raise invalid("PriorityChoice.weights", weights,
+                          f"{len(self.values)} finite numbers >= 0 (one per value) with a positive sum")
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        values = np.asarray(self.values, dtype=np.int64)
+        if values.size == 1:
+            return np.full(n, values[0], dtype=np.int64)
+        p = None if self.weights is None else np.asarray(self.weights, dtype=np.float64) / sum(self.weights)
+        return rng.choice(values, size=n, p=p)
+
+
+def _valid_weights(weights: tuple[float, ...]) -> bool:
+    return all(math.isfinite(w) and w >= 0 for w in weights) and sum(weights) > 0
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """What to generate. Exactly one of ``num_requests`` / ``duration_s`` (a trace may give either or
+    neither: neither replays it whole); ``prompt_len`` and ``output_len``, or ``lengths``, not both
+    (a trace supplies its own lengths)."""
+
+    arrival: ArrivalSpec
+    prompt_len: LengthSpec | None = None
+    output_len: LengthSpec | None = None
+    num_requests: Annotated[int, Field(ge=1)] | None = None
+    duration_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    max_concurrency: Annotated[int, Field(ge=1)] | None = None
+    lengths: VllmRandomLengths | None = None
+    priority: PriorityChoice | None = None
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    def __post_init__(self) -> None:
+        self._check_types()
+        self._check_size()
+        self._check_lengths()
+        c = self.max_concurrency
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
+            raise invalid("WorkloadSpec.max_concurrency", c, "an integer >= 1 or null")
+
+    @property
+    def is_trace(self) -> bool:
+        return isinstance(self.arrival, TraceArrivals)
+
+    def _check_types(self) -> None:
+        if not isinstance(self.arrival, _ARRIVALS):
+            raise ValueError(f"WorkloadSpec.arrival: {self.arrival!r} is not allowed; kind must be one of "
+                             "poisson, gamma, constant, inf, trace")
+        for name in ("prompt_len", "output_len"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, _LENGTHS):
+                raise ValueError(f"WorkloadSpec.{name}: {value!r} is not allowed; kind must be one of "
+                                 "fixed, uniform, lognormal, empirical")
+
+    def _check_size(self) -> None:
+        n, duration = self.num_requests, self.duration_s
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise invalid("WorkloadSpec.num_requests", n, "an integer >= 1")
+        if duration is not None and not (math.isfinite(duration) and duration > 0):
+            raise invalid("WorkloadSpec.duration_s", duration, "a finite number > 0")
+        if n is not None and duration is not None:
+            raise ValueError("WorkloadSpec.num_requests/duration_s: both given; give exactly one")
+        if n is None and duration is None and not self.is_trace:
+            raise ValueError("WorkloadSpec.num_requests/duration_s: neither given; give exactly one")
+        if duration is not None and isinstance(self.arrival, InfArrivals):
+            raise ValueError("WorkloadSpec.duration_s: not allowed with arrival kind 'inf' (unbounded "
+                             "request count); give num_requests instead")
+
+    def _check_lengths(self) -> None:
+        given = [name for name in ("prompt_len", "output_len", "lengths") if getattr(self, name) is not None]
+        if self.is_trace:
+            if given:
+                raise ValueError(f"WorkloadSpec.{given[0]}: not allowed with arrival kind 'trace' "
+                                 "(the trace supplies the lengths)")
+        elif self.lengths is not None:
+            if len(given) > 1:
+                raise ValueError(f"WorkloadSpec.lengths: not allowed together with {given[0]}; give "
+                                 "prompt_len and output_len, or lengths, not both")
+        elif given != ["prompt_len", "output_len"]:
+            missing = "output_len" if given == ["prompt_len"] else "prompt_len"
+            raise ValueError(f"WorkloadSpec.{missing}: missing; give prompt_len and output_len, "
+                             "or lengths: {kind: vllm_random, ...}")
+
+
+def generate_workload(spec: WorkloadSpec, rng: np.random.Generator) -> WorkloadTrace:
+    """Generate the requests of ``spec``, drawing from ``rng`` in the documented order."""
+    if spec.is_trace:
+        trace = _trace_workload(spec)
+    elif spec.num_requests is not None:
+        prompt, output, token_ids = _lengths(spec, spec.num_requests, rng)
+        arrival = spec.arrival.arrival_times_s(spec.num_requests, rng)
+        trace = WorkloadTrace(arrival, prompt, output, token_ids)
+    else:
+        arrival = spec.arrival.arrival_times_until_s(spec.duration_s, rng)
+        prompt, output, token_ids = _lengths(spec, arrival.size, rng)
+        trace = WorkloadTrace(arrival, prompt, output, token_ids)
+    priority = trace.priority if spec.priority is None else spec.priority.sample(len(trace), rng)
+    return dataclasses.replace(trace, priority=priority, max_concurrency=spec.max_concurrency)
+
+
+def _lengths(spec: WorkloadSpec, n: int, rng: np.random.Generator
+             ) -> tuple[np.ndarray, np.ndarray, tuple[tuple[int, ...], ...] | None]:
+    if spec.lengths is not None:
+        return spec.lengths.sample(n, rng)
+    prompt = spec.prompt_len.sample(n, rng)
+    return prompt, spec.output_len.sample(n, rng), None
+
+
+def _trace_workload(spec: WorkloadSpec) -> WorkloadTrace:
+    trace = spec.arrival.load()
+    if spec.duration_s is not None:
+        return trace.until(spec.duration_s)
+    if spec.num_requests is not None:
+        if spec.num_requests > len(trace):
+            raise ValueError(f"WorkloadSpec.num_requests: {spec.num_requests} is more than the {len(trace)} "
+                             f"requests in trace {spec.arrival.path}")
+        return trace.head(spec.num_requests)
+    return trace
