@@ -61,6 +61,12 @@ class Scheduler:
         """When an idle engine must look again although nothing arrives (None: only on arrival)."""
         return None
 
+    def blocks_to_finish(self, request: Request) -> int:
+        """KV blocks one request needs at its peak with the cache to itself (paged: P+O-1 tokens,
+        rule 2.2 example); a policy that reserves more up front overrides this."""
+        peak = min(request.num_prompt_tokens + request.max_output_tokens - 1, self.max_model_len)
+        return self.kv.blocks_for(peak)
+
     def max_request_tokens(self) -> int:
         """The longest prompt this policy can ever admit (impossible requests are caught up front)."""
         return self.max_model_len - 1

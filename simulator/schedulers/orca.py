@@ -30,6 +30,9 @@ class OrcaScheduler(Scheduler):
             return min(request.num_prompt_tokens + request.max_output_tokens, self.max_model_len)
         return self.max_model_len
 
+    def blocks_to_finish(self, request: Request) -> int:
+        return self.kv.blocks_for(self.reserved_tokens(request))
+
     def schedule(self, now_s: float) -> Batch:
         batch = Batch()
         for request in self.running:  # every in-flight request advances one iteration

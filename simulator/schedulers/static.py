@@ -37,6 +37,9 @@ class StaticScheduler(Scheduler):
     def max_batch_size(self) -> int:
         return self.options.max_batch_size or self.options.max_num_seqs
 
+    def blocks_to_finish(self, request: Request) -> int:
+        return self.kv.blocks_for(self.max_model_len)
+
     def next_wakeup_s(self, now_s: float) -> float | None:
         """When an idle engine should look again although nothing arrives (the max_wait timer)."""
         if self.running or not self.waiting or len(self.waiting) >= self.max_batch_size:

@@ -1,0 +1,89 @@
+"""The `servesim` command. User mistakes print one line and exit 2; no traceback."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+EXIT_USER_ERROR = 2
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_USER_ERROR)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="servesim")
+def main() -> None:
+    """servesim: simulate LLM serving schedulers on your traffic."""
+
+
+@main.command()
+@click.argument("scenario_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Result folder (default: results/<scenario name>).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a field, e.g. --set workload.arrival.rate=8 (repeatable).")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...], no_plots: bool) -> None:
+    """Run every scheduler of SCENARIO_FILE on the same workload and write results."""
+    from simulator.progress import NoProgressError
+    from simulator.run_command import run_scenario_file
+    from simulator.scenario import ScenarioError
+    try:
+        run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots)
+    except (ScenarioError, NoProgressError) as exc:
+        _fail(str(exc))
+
+
+@main.command()
+def schema() -> None:
+    """Print the JSON Schema of scenario files."""
+    from simulator.scenario import json_schema
+    click.echo(json.dumps(json_schema(), indent=2))
+
+
+@main.command()
+def models() -> None:
+    """List the built-in model presets."""
+    from cost_models.model_spec import PRESETS
+    click.echo(f"{'name':<16}{'params':>9}{'layers':>8}{'hidden':>8}{'heads':>7}{'kv':>5}{'context':>9}")
+    for m in PRESETS.values():
+        click.echo(f"{m.name:<16}{m.num_params / 1e9:>8.2f}B{m.num_layers:>8}{m.hidden_size:>8}"
+                   f"{m.num_attention_heads:>7}{m.num_kv_heads:>5}{m.max_model_len:>9}")
+
+
+@main.command()
+def hardware() -> None:
+    """List the hardware presets (datasheet figures)."""
+    from cost_models.hardware import list_hardware
+    click.echo(f"{'name':<16}{'memory GB':>10}{'HBM GB/s':>10}{'BF16 TFLOP/s':>14}  source")
+    for h in list_hardware():
+        click.echo(f"{h.name:<16}{h.memory_bytes / 1e9:>10.0f}{h.memory_bandwidth_Bps / 1e9:>10.0f}"
+                   f"{h.bf16_flops / 1e12:>14.0f}  {h.source[:60]}")
+
+
+@main.command()
+def schedulers() -> None:
+    """List the scheduler presets."""
+    from simulator.schedulers.registry import get_preset, preset_names
+    for name in preset_names():
+        p = get_preset(name)
+        click.echo(f"{name:<20}{p.cls.family:<16}{p.description.strip().splitlines()[0]}")
+
+
+def _attach_calibrate() -> None:
+    try:
+        from calibration.cli import calibrate
+    except ImportError:  # the harness is optional; its import needs nothing heavy
+        return
+    main.add_command(calibrate)
+
+
+_attach_calibrate()
+
+if __name__ == "__main__":
+    main()

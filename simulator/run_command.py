@@ -1,0 +1,60 @@
+"""`servesim run`: prepare everything, simulate each scheduler, print a table, write results."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from simulator.output import write_results
+from simulator.runner import prepare, simulate
+from simulator.scenario import load_scenario
+
+TABLE_COLUMNS = (  # (header, summary key, format)
+    ("scheduler", "scheduler", "{}"), ("done", "completed", "{}"),
+    ("req/s", "request_throughput", "{:.2f}"), ("out tok/s", "output_throughput", "{:.0f}"),
+    ("TTFT mean", "mean_ttft_ms", "{:.1f}"), ("TTFT p99", "p99_ttft_ms", "{:.1f}"),
+    ("TPOT mean", "mean_tpot_ms", "{:.2f}"), ("TPOT p99", "p99_tpot_ms", "{:.2f}"),
+    ("E2E mean", "mean_e2el_ms", "{:.0f}"), ("preempt", "num_preemptions", "{}"),
+    ("KV peak", "peak_kv_usage", "{:.2f}"), ("steps", "num_steps", "{}"),
+)
+
+
+def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool = True) -> list:
+    scenario = load_scenario(path, overrides)
+    prepared = prepare(scenario)        # every impossible setup fails here, before any output
+    out_dir = out_dir or Path("results") / scenario.name
+    click.echo(f"{scenario.name}: {len(prepared.trace)} requests, {prepared.model.name} on "
+               f"{prepared.hardware.name} x{scenario.engine.tensor_parallel_size}, "
+               f"cost model {scenario.cost_model.get('kind')}, seed {scenario.seed}")
+    outputs = []
+    for run in prepared.runs:
+        output = simulate(prepared, run)
+        write_results(out_dir / run.label, output.result.requests, output.result.step_log, output.summary)
+        outputs.append(output)
+    click.echo(format_table([o.summary for o in outputs]))
+    if plots:
+        from simulator.plots.run_plots import plot_run
+        for png in plot_run(out_dir, outputs):
+            click.echo(f"plot: {png}")
+    click.echo(f"results: {out_dir}/<scheduler>/{{requests.csv,steps.csv,summary.json}}")
+    return outputs
+
+
+def format_table(summaries: list[dict]) -> str:
+    rows = [[h for h, _, _ in TABLE_COLUMNS]]
+    for s in summaries:
+        rows.append([_fmt(fmt, s.get(key)) for _, key, fmt in TABLE_COLUMNS])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def _fmt(fmt: str, value) -> str:
+    if value is None:
+        return "-"
+    try:
+        return fmt.format(value)
+    except (ValueError, TypeError):
+        return str(value)

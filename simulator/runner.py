@@ -1,0 +1,175 @@
+"""From a validated scenario to results: everything impossible is caught before any run starts."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from cost_models.base import StepCostModel
+from cost_models.factory import make_cost_model
+from cost_models.hardware import HardwareSpec, load_hardware
+from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
+from cost_models.model_spec import ModelSpec, load_model
+from simulator.defaults import default_max_num_batched_tokens, default_max_num_seqs
+from simulator.engine import Simulation, SimulationResult
+from simulator.kv_cache import KVCache
+from simulator.metrics.step_log import StepLog
+from simulator.metrics.summary import summarize
+from simulator.request import Request
+from simulator.scenario import Scenario, ScenarioError
+from simulator.schedulers.base import Scheduler, SchedulerContext
+from simulator.schedulers.registry import get_preset
+from simulator.workload.generate import generate_workload
+from simulator.workload.traces import WorkloadTrace
+
+
+@dataclass
+class PreparedRun:
+    """One scheduler of a scenario, ready to simulate."""
+    label: str
+    options: object
+    scheduler_cls: type[Scheduler]
+    num_gpu_blocks: int
+    context: SchedulerContext
+
+
+@dataclass
+class Prepared:
+    scenario: Scenario
+    model: ModelSpec
+    hardware: HardwareSpec
+    cost_model: StepCostModel
+    trace: WorkloadTrace
+    runs: list[PreparedRun]
+
+
+def _user_error(exc: Exception) -> ScenarioError:
+    return ScenarioError(str(exc).split("\n")[0])
+
+
+def prepare(scenario: Scenario) -> Prepared:
+    """Resolve catalogs, KV capacity and the workload; raise ScenarioError for impossible setups."""
+    try:
+        model, hardware = _model(scenario), load_hardware(scenario.hardware)
+        tp = scenario.engine.tensor_parallel_size
+        check_tensor_parallel_size(model, tp)
+        cost_options = {k: v for k, v in scenario.cost_model.items() if k != "kind"}
+        cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
+        trace = generate_workload(scenario.workload, np.random.default_rng(scenario.seed))
+        runs = [_prepare_run(scenario, model, hardware, o) for o in scenario.scheduler_options()]
+    except ScenarioError:
+        raise
+    except ValueError as exc:
+        raise _user_error(exc) from None
+    prepared = Prepared(scenario, model, hardware, cost, trace, runs)
+    for run in runs:
+        check_requests_fit(prepared, run)
+    return prepared
+
+
+def _model(scenario: Scenario) -> ModelSpec:
+    model = load_model(scenario.model)
+    wanted = scenario.engine.max_model_len
+    if wanted is None:
+        return model
+    if wanted > model.max_model_len:
+        raise ScenarioError(f"engine.max_model_len: {wanted} exceeds {model.name}'s context length "
+                            f"({model.max_model_len})")
+    return model.with_max_model_len(wanted)
+
+
+def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, options) -> PreparedRun:
+    engine = scenario.engine
+    context = SchedulerContext(
+        max_model_len=model.max_model_len, block_size=engine.block_size,
+        default_max_num_seqs=default_max_num_seqs(hardware),
+        default_max_num_batched_tokens=default_max_num_batched_tokens(hardware, engine.entrypoint))
+    cls = get_preset(options.preset).cls.resolve_class(options)
+    probe = cls(options, KVCache(2, engine.block_size), context)  # resolves defaults, checks config
+    blocks = engine.num_gpu_blocks or num_gpu_blocks(
+        model, hardware, engine.tensor_parallel_size, engine.gpu_memory_utilization,
+        engine.block_size, probe.options.max_num_batched_tokens, probe.options.max_num_seqs)
+    return PreparedRun(options.label, probe.options, cls, blocks, context)
+
+
+def make_requests(trace: WorkloadTrace) -> list[Request]:
+    ids = trace.prompt_token_ids
+    prio = trace.priority
+    return [Request(i, float(a), int(p), int(o),
+                    prompt_token_ids=ids[i] if ids is not None else None,
+                    priority=int(prio[i]) if prio is not None else 0)
+            for i, (a, p, o) in enumerate(zip(trace.arrival_s.tolist(), trace.num_prompt_tokens.tolist(),
+                                               trace.max_output_tokens.tolist()))]
+
+
+def check_requests_fit(prepared: Prepared, run: PreparedRun) -> None:
+    """A prompt longer than the context, or a request the KV cache cannot hold alone, is an error
+    before the run, not a hang during it."""
+    trace = prepared.trace
+    if len(trace) == 0:
+        raise ScenarioError("workload: generates no request (raise num_requests or duration_s)")
+    scheduler = run.scheduler_cls(run.options, KVCache(run.num_gpu_blocks, prepared.scenario.engine.block_size),
+                                  run.context)
+    limit = scheduler.max_request_tokens()
+    longest = int(np.argmax(trace.num_prompt_tokens))
+    if trace.num_prompt_tokens[longest] > limit:
+        raise ScenarioError(
+            f"workload: request {longest} has a {int(trace.num_prompt_tokens[longest])}-token prompt, "
+            f"longer than {run.label} allows ({limit} tokens: max_model_len "
+            f"{run.context.max_model_len}{_budget_note(scheduler)})")
+    worst = max(range(len(trace)), key=lambda i: int(trace.num_prompt_tokens[i] + trace.max_output_tokens[i]))
+    probe = Request(worst, 0.0, int(trace.num_prompt_tokens[worst]), int(trace.max_output_tokens[worst]))
+    need = scheduler.blocks_to_finish(probe)
+    if need > scheduler.kv.num_total_blocks:
+        raise ScenarioError(
+            f"engine: the KV cache ({scheduler.kv.num_total_blocks} usable blocks of "
+            f"{scheduler.kv.block_size} tokens) is too small for request {worst} alone, which needs "
+            f"{need} blocks under {run.label}; raise num_gpu_blocks or gpu_memory_utilization, or "
+            f"shorten requests / max_model_len")
+
+
+def _budget_note(scheduler: Scheduler) -> str:
+    if scheduler.max_request_tokens() < scheduler.max_model_len - 1:
+        return f", max_num_batched_tokens {scheduler.options.max_num_batched_tokens} with chunking off"
+    return " - 1"
+
+
+@dataclass
+class RunOutput:
+    label: str
+    result: SimulationResult
+    summary: dict
+    num_gpu_blocks: int
+
+
+def simulate(prepared: Prepared, run: PreparedRun) -> RunOutput:
+    scenario = prepared.scenario
+    requests = make_requests(prepared.trace)
+    if scenario.metrics.record_itl_gaps:
+        for r in requests:
+            r.itl_gaps_s = []
+    schedulers = [run.scheduler_cls(run.options, KVCache(run.num_gpu_blocks, scenario.engine.block_size),
+                                    run.context) for _ in range(scenario.engine.num_replicas)]
+    step_log = StepLog()
+    sim = Simulation(requests, schedulers, prepared.cost_model, step_log,
+                     max_concurrency=prepared.trace.max_concurrency, router=scenario.engine.router)
+    result = sim.run()
+    goodput = scenario.metrics.goodput.as_dict() if scenario.metrics.goodput else None
+    summary = summarize(requests, duration_s=None if not requests else result.end_s - _run_start(prepared),
+                        percentiles=scenario.metrics.percentiles, goodput_slos_ms=goodput,
+                        step_log=step_log, max_concurrency=prepared.trace.max_concurrency)
+    summary.update(scheduler=run.label, preset=run.options.preset, num_gpu_blocks=run.num_gpu_blocks,
+                   max_num_seqs=run.options.max_num_seqs,
+                   max_num_batched_tokens=run.options.max_num_batched_tokens,
+                   model=prepared.model.name, hardware=prepared.hardware.name, seed=scenario.seed)
+    return RunOutput(run.label, result, summary, run.num_gpu_blocks)
+
+
+def _run_start(prepared: Prepared) -> float:
+    """vLLM's duration starts at the main run's start: t=0, even when request 0 waits its gap."""
+    return 0.0
+
+
+def result_dir(out_dir: Path, label: str) -> Path:
+    return out_dir / label

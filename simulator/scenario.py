@@ -1,0 +1,226 @@
+"""Scenario files: strict YAML validated before anything runs (design §7).
+
+Every user mistake becomes one ``ScenarioError`` line naming the field path, the value and what is
+allowed. ``servesim schema`` prints the JSON Schema of the same model so editors can check files.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from cost_models.options import (Bool, Int, NonNegativeFloat, PositiveFloat, PositiveInt,
+                                 UnitInterval, options_config)
+from simulator.schedulers.registry import get_preset, preset_names
+from simulator.workload.generate import WorkloadSpec
+
+
+class ScenarioError(ValueError):
+    """A user mistake in a scenario: the message is one line, ready to print."""
+
+
+@options_config
+@dataclass(frozen=True)
+class EngineOptions:
+    tensor_parallel_size: PositiveInt = 1
+    gpu_memory_utilization: UnitInterval = 0.92       # vLLM V1 default (semantics §8)
+    block_size: PositiveInt = 16
+    num_gpu_blocks: PositiveInt | None = None          # like num_gpu_blocks_override
+    max_model_len: PositiveInt | None = None           # default: the model's context length
+    num_replicas: PositiveInt = 1
+    router: Literal["round_robin", "least_loaded"] = "round_robin"
+    # `vllm serve` and the `LLM` class have different default budgets (trap 11).
+    entrypoint: Literal["serve", "llm"] = "serve"
+
+
+@options_config
+@dataclass(frozen=True)
+class GoodputSLOs:
+    ttft_ms: PositiveFloat | None = None
+    tpot_ms: PositiveFloat | None = None
+    e2el_ms: PositiveFloat | None = None
+
+    def as_dict(self) -> dict[str, float]:
+        return {k.removesuffix("_ms"): v for k, v in vars(self).items() if v is not None}
+
+
+@options_config
+@dataclass(frozen=True)
+class MetricsOptions:
+    percentiles: tuple[PositiveFloat, ...] = (90.0, 95.0, 99.0)
+    goodput: GoodputSLOs | None = None
+    record_itl_gaps: Bool = True        # exact ITL percentiles; memory grows with tokens
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    description: str = ""
+    seed: Int = 0
+    model: str
+    hardware: str | dict[str, Any] = "h100-sxm"
+    cost_model: dict[str, Any] = Field(default_factory=lambda: {"kind": "roofline"})
+    engine: EngineOptions = EngineOptions()
+    workload: WorkloadSpec
+    schedulers: list[dict[str, Any]] = Field(min_length=1)
+    metrics: MetricsOptions = MetricsOptions()
+
+    def scheduler_options(self) -> list[Any]:
+        """Each entry validated against its preset's Options dataclass; labels must be unique."""
+        options = [_scheduler_options(i, entry) for i, entry in enumerate(self.schedulers)]
+        labels = [o.label for o in options]
+        for i, label in enumerate(labels):
+            if labels.index(label) != i:
+                raise ScenarioError(f"schedulers[{i}].name: {label!r} is used twice; give each "
+                                    f"scheduler a unique name")
+        return options
+
+
+def _scheduler_options(index: int, entry: dict[str, Any]):
+    entry = dict(entry)
+    preset = entry.get("preset", entry.get("kind"))
+    if not isinstance(preset, str):
+        raise ScenarioError(f"schedulers[{index}].preset: {preset!r} is required: one of "
+                            f"{', '.join(preset_names())} or package.module:Class")
+    entry.pop("kind", None)
+    entry["preset"] = preset
+    try:
+        found = get_preset(preset)
+    except ValueError as exc:
+        raise ScenarioError(f"schedulers[{index}].{str(exc).removeprefix('schedulers.')}") from None
+    cls = found.cls
+    entry = {**found.defaults, **entry}   # the preset's own defaults (e.g. Sarathi's 512 budget)
+    try:
+        return TypeAdapter(cls.Options).validate_python(entry)
+    except ValidationError as exc:
+        raise ScenarioError(format_validation_error(exc, f"schedulers[{index}]", entry)) from None
+
+
+def _loc(prefix: str, loc: tuple, raw: Any) -> str:
+    """The user's field path: pydantic's union-tag and type entries are not keys of the input."""
+    parts = [prefix] if prefix else []
+    node = raw
+    for item in loc:
+        if isinstance(item, int) and isinstance(node, list):
+            parts[-1:] = [f"{parts[-1] if parts else ''}[{item}]"]
+            node = node[item] if item < len(node) else None
+        elif isinstance(node, dict) and item in node:
+            parts.append(str(item))
+            node = node[item]
+        elif node is None or isinstance(node, dict) and not _is_internal(item, node):
+            parts.append(str(item))  # a missing or unknown key: still the user's name
+            node = None
+    return ".".join(parts) or "scenario"
+
+
+def _is_internal(item: Any, node: dict) -> bool:
+    return (not isinstance(item, str) or item == node.get("kind")
+            or item.startswith(("function-", "tagged-union")) or "[" in item
+            or item in {"str", "int", "float", "bool", "list", "dict"})
+
+
+def format_validation_error(exc: ValidationError, prefix: str = "", raw: Any = None) -> str:
+    err = exc.errors()[0]
+    msg = err["msg"].removeprefix("Value error, ")
+    where = _loc(prefix, err["loc"], raw)
+    if err["type"] == "value_error" and ":" in msg.split(" ")[0]:
+        # Our own __post_init__ message names the field and value; "ClassName.field" becomes the
+        # field's path in the file.
+        head, _, rest = msg.split("\n")[0].partition(".")
+        return f"{where}.{rest}" if head[:1].isupper() and head.isidentifier() else msg.split("\n")[0]
+    if err["type"] in ("missing", "missing_argument"):
+        return f"{where}: required field is missing"
+    if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        return f"{where}: unknown field (not allowed here; check the spelling)"
+    value = err.get("input")
+    shown = repr(value) if not isinstance(value, (dict, list)) or len(repr(value)) < 60 else type(value).__name__
+    return f"{where}: {shown} is not allowed: {msg}".split("\n")[0]
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ScenarioError(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(raw, dict):
+        raise ScenarioError(f"{path}: a scenario is a mapping of fields (name, model, workload, "
+                            f"schedulers, ...), got {type(raw).__name__}")
+    raw = apply_overrides(raw, overrides)
+    return validate_scenario(raw, base_dir=path.parent)
+
+
+def validate_scenario(raw: dict, base_dir: Path | None = None) -> Scenario:
+    raw = _resolve_paths(raw, base_dir) if base_dir else raw
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError(format_validation_error(exc, raw=raw)) from None
+    except ValueError as exc:
+        raise ScenarioError(str(exc).split("\n")[0]) from None
+    scenario.scheduler_options()
+    return scenario
+
+
+def _resolve_paths(raw: dict, base_dir: Path) -> dict:
+    """File paths inside a scenario are relative to the scenario file."""
+    raw = copy.deepcopy(raw)
+    workload = raw.get("workload")
+    if isinstance(workload, dict):
+        for key in ("arrival", "prompt_len", "output_len"):
+            block = workload.get(key)
+            if isinstance(block, dict) and isinstance(block.get("path"), str):
+                block["path"] = _rel(block["path"], base_dir)
+    if isinstance(raw.get("model"), str) and raw["model"].endswith(".json"):
+        raw["model"] = _rel(raw["model"], base_dir)
+    cost = raw.get("cost_model")
+    if isinstance(cost, dict) and isinstance(cost.get("path"), str):
+        cost["path"] = _rel(cost["path"], base_dir)
+    return raw
+
+
+def _rel(value: str, base_dir: Path) -> str:
+    p = Path(value)
+    if p.is_absolute() or p.exists():
+        return value
+    return str(base_dir / p) if (base_dir / p).exists() else value
+
+
+def apply_overrides(raw: dict, overrides) -> dict:
+    """``--set a.b.c=value``: the value is parsed as YAML (numbers, lists, null...)."""
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ScenarioError(f"--set: {item!r} must look like dotted.key=value")
+        node = raw
+        parts = key.split(".")
+        for part in parts[:-1]:
+            if part.isdigit() and isinstance(node, list) and int(part) < len(node):
+                node = node[int(part)]
+                continue
+            if not isinstance(node, dict):
+                raise ScenarioError(f"--set: {key!r}: {part!r} is not inside a mapping")
+            node = node.setdefault(part, {})
+        last = parts[-1]
+        value = yaml.safe_load(text) if text else None
+        if isinstance(node, list) and last.isdigit():
+            node[int(last)] = value
+        elif isinstance(node, dict):
+            node[last] = value
+        else:
+            raise ScenarioError(f"--set: {key!r} does not name a field")
+    return raw
+
+
+def json_schema() -> dict:
+    return Scenario.model_json_schema()
