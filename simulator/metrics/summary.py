@@ -1,0 +1,254 @@
+"""The run summary, with the field names and arithmetic of ``vllm bench serve --save-result``.
+
+Per request (semantics 7, traps 14 and 15): start is the request's ``arrival_s``, which the engine
+sets to when the client released it (inside any ``--max-concurrency`` semaphore, so client-side
+queueing is excluded). TTFT = first token - start; E2EL = last token - start; TPOT = (E2EL -
+TTFT)/(out - 1), only for out > 1. Statistics are vLLM's: ``np.mean``, ``np.median``, ``np.std``
+(population) and ``np.percentile`` (linear) of seconds, times 1000; empty inputs give 0.0.
+
+ITL pools every gap of every request. When the gap lists were not kept, mean and std come from
+each request's ``itl_sum_s``/``itl_sq_sum_s2`` (the mean exactly; the std as E[x²] - E[x]², equal
+up to float rounding), and median and percentiles of ITL (and ``max_output_tokens_per_s``, which
+needs every token time) are **None**: no summary of the sums bounds a quantile well enough to
+report one. With ``itl_gaps_s`` kept on every request, all ITL figures are vLLM's exactly.
+
+``max_concurrent_requests`` is the exact in-flight peak over [start, last token), as newer vLLM
+computes it (older vLLM counted requests touching the 1-s bucket of peak output, which can exceed
+``--max-concurrency``). The per-request lists vLLM also saves (``ttfts``, ``itls``, ...) are left
+to ``requests.csv``.
+"""
+from __future__ import annotations
+
+import math
+from itertools import accumulate, chain
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from simulator.metrics.step_log import StepLog
+from simulator.metrics.timeseries import EngineSeries
+from simulator.request import Request
+
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+
+
+def latencies_s(request: Request) -> tuple[float, float | None, float] | None:
+    """(TTFT, TPOT, E2EL) in seconds as vLLM's client measures them; None while unfinished.
+
+    TPOT is None for out <= 1 (dropped from TPOT statistics; goodput counts it as 0).
+    """
+    if request.finish_s is None:
+        return None
+    first_s = request.first_token_s if request.first_token_s is not None else request.finish_s
+    last_s = request.last_token_s if request.last_token_s is not None else request.finish_s
+    ttft_s = first_s - request.arrival_s
+    e2el_s = last_s - request.arrival_s
+    out = request.num_output_tokens
+    tpot_s = (e2el_s - ttft_s) / (out - 1) if out > 1 else None
+    return ttft_s, tpot_s, e2el_s
+
+
+def percentile_key(metric: str, p: float) -> str:
+    """vLLM's key: ``p99_ttft_ms``, ``p99.9_itl_ms``."""
+    p_word = str(int(p)) if int(p) == p else str(p)
+    return f"p{p_word}_{metric}_ms"
+
+
+def summarize(requests: Sequence[Request], duration_s: float | None = None,
+              percentiles: Sequence[float] = (99,),
+              goodput_slos_ms: Mapping[str, float] | None = None,
+              step_log: StepLog | None = None, max_concurrency: int | None = None,
+              request_rate: float | None = None) -> dict:
+    """The summary dict (JSON-ready types). ``duration_s`` None: first arrival to last finish.
+
+    ``duration_s`` should be the main run's start (the first release, or t=0 when the first
+    request waits its own arrival gap) to the last completion, as vLLM measures it (trap 15).
+    ``max_concurrency`` and ``request_rate`` (None: not given; ``math.inf``: all at once) are
+    echoed as configured, like vLLM's fields. With ``max_concurrency`` set, client-side queueing
+    (``Request.client_queue_s``) is reported as vLLM does, and with a finite ``request_rate``
+    also E2EL including that queueing.
+    """
+    pcts = _check_percentiles(percentiles)
+    slos = _check_slos(goodput_slos_ms)
+    done = [r for r in requests if r.finish_s is not None]
+    lat = _Latencies(done)
+    dur_s = _duration_s(done, duration_s)
+    result: dict = {"duration": dur_s, "completed": len(done), "failed": 0,
+                    "num_prompts": len(requests), "max_concurrency": max_concurrency,
+                    "request_rate": request_rate,
+                    "request_goodput": _per_s(lat.num_good(slos), dur_s) if slos else None}
+    result.update(_throughputs(lat, dur_s))
+    for metric, values in (("ttft", lat.ttft_s), ("tpot", lat.tpot_s), ("e2el", lat.e2el_s)):
+        result.update(_stats_ms(metric, values, pcts))
+    gaps_s = _pooled_gaps_s(done)
+    result.update(_stats_ms("itl", gaps_s, pcts) if gaps_s is not None
+                  else _itl_stats_from_sums_ms(done, pcts))
+    result["max_output_tokens_per_s"] = _peak_output_tokens_per_s(done, lat)
+    result["max_concurrent_requests"] = _peak_concurrency(lat)
+    if max_concurrency is not None:
+        with_e2el = request_rate is not None and math.isfinite(request_rate)
+        result.update(_client_queue_stats_ms(done, lat, pcts, with_e2el))
+    result.update(_servesim_fields(requests, done, step_log))
+    return result
+
+
+class _Latencies:
+    """Arrays over completed requests, in the order given."""
+
+    def __init__(self, done: Sequence[Request]):
+        triples = [latencies_s(r) for r in done]
+        n = len(done)
+        self.arrival_s = np.fromiter((r.arrival_s for r in done), np.float64, n)
+        self.num_prompt = np.fromiter((r.num_prompt_tokens for r in done), np.int64, n)
+        self.num_output = np.fromiter((r.num_output_tokens for r in done), np.int64, n)
+        self.ttft_s = np.fromiter((t[0] for t in triples), np.float64, n)
+        self.e2el_s = np.fromiter((t[2] for t in triples), np.float64, n)
+        self.tpot_s = np.array([t[1] for t in triples if t[1] is not None], dtype=np.float64)
+        # Goodput treats out <= 1 as TPOT 0 (vLLM's all_tpots).
+        self.all_tpot_s = np.array([0.0 if t[1] is None else t[1] for t in triples], np.float64)
+
+    def num_good(self, slos_ms: dict[str, float]) -> int:
+        values = {"ttft": self.ttft_s, "tpot": self.all_tpot_s, "e2el": self.e2el_s}
+        good = np.ones(len(self.ttft_s), dtype=bool)
+        for metric, slo_ms in slos_ms.items():
+            good &= values[metric] <= slo_ms / 1000   # vLLM compares in seconds, value <= SLO
+        return int(good.sum())
+
+
+def _check_percentiles(percentiles: Sequence[float]) -> tuple[float, ...]:
+    for p in percentiles:
+        if not 0 <= p <= 100:
+            raise ValueError(f"percentiles: {p!r} must be within [0, 100]")
+    return tuple(percentiles)
+
+
+def _check_slos(slos_ms: Mapping[str, float] | None) -> dict[str, float]:
+    slos = dict(slos_ms or {})
+    for metric, slo in slos.items():
+        if metric not in GOODPUT_METRICS:
+            raise ValueError(f"goodput_slos_ms: key {metric!r} must be one of {GOODPUT_METRICS}")
+        if not (isinstance(slo, (int, float)) and slo > 0):
+            raise ValueError(f"goodput_slos_ms.{metric}: {slo!r} must be a positive number of ms")
+    return slos
+
+
+def _duration_s(done: Sequence[Request], duration_s: float | None) -> float:
+    if duration_s is None:
+        if not done:
+            return 0.0
+        return float(max(r.finish_s for r in done) - min(r.arrival_s for r in done))
+    if not (math.isfinite(duration_s) and duration_s >= 0) or (done and duration_s == 0):
+        raise ValueError(f"duration_s: {duration_s!r} must be finite and > 0 "
+                         "(>= 0 with no completed request)")
+    return float(duration_s)
+
+
+def _per_s(count: float, duration_s: float) -> float:
+    return count / duration_s if duration_s > 0 else 0.0
+
+
+def _throughputs(lat: _Latencies, dur_s: float) -> dict:
+    total_in, total_out = int(lat.num_prompt.sum()), int(lat.num_output.sum())
+    return {"total_input_tokens": total_in, "total_output_tokens": total_out,
+            "request_throughput": _per_s(len(lat.ttft_s), dur_s),
+            "output_throughput": _per_s(total_out, dur_s),
+            "total_token_throughput": _per_s(total_in + total_out, dur_s)}
+
+
+def _stats_ms(metric: str, values_s: np.ndarray, pcts: tuple[float, ...]) -> dict:
+    x = values_s if len(values_s) else 0   # vLLM's ``values or 0``: empty gives zeros
+    stats = {f"mean_{metric}_ms": float(np.mean(x) * 1000),
+             f"median_{metric}_ms": float(np.median(x) * 1000),
+             f"std_{metric}_ms": float(np.std(x) * 1000)}
+    for p in pcts:
+        stats[percentile_key(metric, p)] = float(np.percentile(x, p) * 1000)
+    return stats
+
+
+def _num_gaps(request: Request) -> int:
+    return max(request.num_output_tokens - 1, 0)
+
+
+def _pooled_gaps_s(done: Sequence[Request]) -> np.ndarray | None:
+    """Every gap of every request in request order (vLLM's ``itls``); None if any was not kept."""
+    with_gaps = [r for r in done if _num_gaps(r) > 0]
+    if any(r.itl_gaps_s is None for r in with_gaps):
+        return None
+    return np.fromiter(chain.from_iterable(r.itl_gaps_s for r in with_gaps), np.float64,
+                       sum(len(r.itl_gaps_s) for r in with_gaps))
+
+
+def _itl_stats_from_sums_ms(done: Sequence[Request], pcts: tuple[float, ...]) -> dict:
+    """Pooled mean and population std from the per-request sums; quantiles unknown (None)."""
+    n = sum(_num_gaps(r) for r in done)
+    mean_s = sum(r.itl_sum_s for r in done) / n
+    var_s2 = max(sum(r.itl_sq_sum_s2 for r in done) / n - mean_s * mean_s, 0.0)
+    stats = {"mean_itl_ms": mean_s * 1000, "median_itl_ms": None,
+             "std_itl_ms": math.sqrt(var_s2) * 1000}
+    stats.update({percentile_key("itl", p): None for p in pcts})
+    return stats
+
+
+def _peak_output_tokens_per_s(done: Sequence[Request], lat: _Latencies) -> float | None:
+    """Most tokens in one 1-s bucket from the first start, as vLLM counts (needs the gaps)."""
+    if not done:
+        return 0.0
+    if any(r.itl_gaps_s is None for r in done if _num_gaps(r) > 0):
+        return None
+    t0_s = float(lat.arrival_s.min())
+    num_buckets = max(int(np.ceil(float((lat.arrival_s + lat.e2el_s).max()) - t0_s)) + 1, 1)
+    # Token times as vLLM rebuilds them: start + ttft, then += each gap in turn (sequentially,
+    # so the floats match bit for bit; accumulate() runs in C).
+    times: list[float] = []
+    for r, start_s, ttft_s in zip(done, lat.arrival_s.tolist(), lat.ttft_s.tolist()):
+        times.extend(accumulate(r.itl_gaps_s or (), initial=start_s + ttft_s))
+    buckets = (np.array(times, dtype=np.float64) - t0_s).astype(np.int64)
+    in_range = buckets[(buckets >= 0) & (buckets < num_buckets)]
+    return float(np.bincount(in_range, minlength=num_buckets).max())
+
+
+def _peak_concurrency(lat: _Latencies) -> int:
+    """Exact peak of requests in flight over half-open [start, start + E2EL) (newer vLLM)."""
+    times = np.concatenate((lat.arrival_s, lat.arrival_s + lat.e2el_s))
+    deltas = np.concatenate((np.ones(len(lat.arrival_s), np.int64),
+                             -np.ones(len(lat.arrival_s), np.int64)))
+    order = np.lexsort((deltas, times))   # at equal times a departure (-1) goes first
+    in_flight = np.cumsum(deltas[order])
+    return int(in_flight.max()) if len(in_flight) else 0
+
+
+def _client_queue_stats_ms(done: Sequence[Request], lat: _Latencies, pcts: tuple[float, ...],
+                           with_e2el: bool) -> dict:
+    """vLLM's extra blocks under ``--max-concurrency``: time held by the client's semaphore."""
+    queue_s = np.fromiter((getattr(r, "client_queue_s", 0.0) for r in done), np.float64, len(done))
+    stats = _stats_ms("client_queue_time", queue_s, pcts)
+    if with_e2el:
+        stats.update(_stats_ms("e2el_including_client_queue", lat.e2el_s + queue_s, pcts))
+    return stats
+
+
+def _servesim_fields(requests: Sequence[Request], done: Sequence[Request],
+                     step_log: StepLog | None) -> dict:
+    fields = {"num_unfinished": len(requests) - len(done),
+              "num_preemptions": int(sum(r.num_preemptions for r in requests)),
+              "max_itl_ms": max((r.max_itl_s for r in done), default=0.0) * 1000}
+    fields.update(_step_fields(step_log))
+    return fields
+
+
+def _step_fields(step_log: StepLog | None) -> dict:
+    """Engine figures over simulated steps; queue and KV means are weighted by step time."""
+    names = ("num_steps", "total_step_time_s", "mean_step_time_ms", "peak_kv_usage",
+             "mean_kv_usage", "peak_num_running", "mean_num_running", "peak_num_waiting",
+             "mean_num_waiting")
+    if step_log is None:
+        return dict.fromkeys(names)
+    s = EngineSeries.from_step_log(step_log)
+    if not len(s):
+        return {name: 0 if name.startswith(("num_", "peak_num")) else 0.0 for name in names}
+    return {"num_steps": len(s),
+            "total_step_time_s": float(s.step_time_s.sum()),
+            "mean_step_time_ms": float(np.mean(s.step_time_s) * 1000),
+            "peak_kv_usage": float(s.kv_usage.max()), "mean_kv_usage": s.mean("kv_usage"),
+            "peak_num_running": int(s.num_running.max()), "mean_num_running": s.mean("num_running"),
+            "peak_num_waiting": int(s.num_waiting.max()), "mean_num_waiting": s.mean("num_waiting")}

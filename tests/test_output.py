@@ -1,0 +1,118 @@
+"""write_results: three result files, written atomically and byte-stable (design section 8)."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import pytest
+
+from simulator import output
+from simulator.metrics import STEP_COLUMNS, StepLog, summarize
+from simulator.output import REQUEST_COLUMNS, summary_json, write_results
+from simulator.request import Request, RequestStatus
+
+
+def make_run():
+    a = Request(1, 0.1, 10, 3, itl_gaps_s=[])
+    for t in (0.3, 0.4, 0.7000000000000001):
+        a.record_token(t)
+    a.status, a.finish_s, a.scheduled_s = RequestStatus.FINISHED, 0.7000000000000001, 0.1
+    a.num_preemptions = 1
+    b = Request(0, 0.0, 20, 1, itl_gaps_s=[])
+    b.record_token(0.3)
+    b.status, b.finish_s, b.scheduled_s, b.num_cached_tokens = RequestStatus.FINISHED, 0.3, 0.0, 16
+    c = Request(2, 0.5, 5, 4)                      # never scheduled: still a row, blank times
+    log = StepLog()
+    log.append(0.0, 0.3, 2, 2, 0, 30, 30, 2, 1, 0.1, 0)
+    log.append_many(2, 0.3, 0.2, 1, 0, 1, 1, 0, 1, 1, [0.2, 0.30000000000000004], 0)
+    requests = [a, b, c]
+    return requests, log, summarize(requests, duration_s=0.7000000000000001, step_log=log)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.reader(f))
+
+
+def test_writes_the_three_files_with_documented_columns(tmp_path):
+    requests, log, summary = make_run()
+    out = write_results(tmp_path / "run", requests, log, summary)
+    assert sorted(p.name for p in out.iterdir()) == ["requests.csv", "steps.csv", "summary.json"]
+    req_rows = read_csv(out / "requests.csv")
+    assert tuple(req_rows[0]) == REQUEST_COLUMNS
+    assert [row[0] for row in req_rows[1:]] == ["0", "1", "2"]          # by request id
+    assert req_rows[1] == ["0", "0.0", "0.0", "0.3", "0.3", "20", "1", "0", "16",
+                           "300.0", "", "300.0", "0.0"]                 # 1 token: no TPOT
+    row_a = dict(zip(REQUEST_COLUMNS, req_rows[2]))
+    assert float(row_a["ttft_ms"]) == (0.3 - 0.1) * 1000
+    assert float(row_a["tpot_ms"]) == ((0.7000000000000001 - 0.1) - (0.3 - 0.1)) / 2 * 1000
+    assert req_rows[3][3:5] == ["", ""] and req_rows[3][9:12] == ["", "", ""]
+    step_rows = read_csv(out / "steps.csv")
+    assert tuple(step_rows[0]) == STEP_COLUMNS and len(step_rows) == 1 + 3
+    assert step_rows[3] == ["0.5", "0.7", "1", "0", "1", "1", "0", "1", "1",
+                            "0.30000000000000004", "0"]
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_csv_floats_round_trip_exactly(tmp_path):
+    requests, log, summary = make_run()
+    out = write_results(tmp_path / "run", requests, log, summary)
+    cols = log.to_columns()
+    rows = read_csv(out / "steps.csv")[1:]
+    assert [float(r[1]) for r in rows] == cols["end_s"].tolist()
+    assert [float(r[9]) for r in rows] == cols["kv_usage"].tolist()
+
+
+def test_same_inputs_give_byte_identical_files(tmp_path):
+    first = write_results(tmp_path / "a", *make_run())
+    second = write_results(tmp_path / "b", *make_run())
+    for name in ("requests.csv", "steps.csv", "summary.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+
+
+def test_summary_json_is_sorted_and_strict():
+    text = summary_json({"b": float("inf"), "a": 1.5, "c": None})
+    assert text == '{\n  "a": 1.5,\n  "b": "inf",\n  "c": null\n}\n'
+
+
+def test_replaces_an_older_result_folder_whole(tmp_path):
+    target = tmp_path / "run"
+    target.mkdir()
+    (target / "stale.png").write_text("old plot")
+    write_results(target, *make_run())
+    assert sorted(p.name for p in target.iterdir()) == ["requests.csv", "steps.csv", "summary.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]   # no staging or old folder left
+
+
+@pytest.mark.parametrize("victim", ["_write_requests_csv", "_write_steps_csv", "summary_json"])
+def test_failure_while_writing_leaves_no_folder_and_no_temp_files(tmp_path, monkeypatch, victim):
+    def explode(*args, **kwargs):
+        raise OSError("disk full")
+    monkeypatch.setattr(output, victim, explode)
+    with pytest.raises(OSError, match="disk full"):
+        write_results(tmp_path / "results" / "run", *make_run())
+    assert list((tmp_path / "results").iterdir()) == []
+
+
+def test_failure_keeps_the_older_result_folder_intact(tmp_path, monkeypatch):
+    target = write_results(tmp_path / "run", *make_run())
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    monkeypatch.setattr(output, "_write_steps_csv", lambda f, log: f.write(1 / 0))
+    with pytest.raises(ZeroDivisionError):
+        write_results(target, *make_run())
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_result_dir_that_is_a_file_is_rejected(tmp_path):
+    (tmp_path / "run").write_text("not a folder")
+    with pytest.raises(ValueError, match="result_dir"):
+        write_results(tmp_path / "run", *make_run())
+
+
+def test_summary_of_an_empty_run_writes(tmp_path):
+    out = write_results(tmp_path / "empty", [], StepLog(), summarize([]))
+    assert read_csv(out / "requests.csv") == [list(REQUEST_COLUMNS)]
+    assert read_csv(out / "steps.csv") == [list(STEP_COLUMNS)]
+    assert not math.isnan(json.loads((out / "summary.json").read_text())["mean_ttft_ms"])
