@@ -1,7 +1,9 @@
-"""What one forward pass computes: ``{request: num_scheduled_tokens}`` as in vLLM V1."""
-from __future__ import annotations
+"""What one forward pass computes: ``{request: num_scheduled_tokens}`` as in vLLM V1.
 
-from dataclasses import dataclass, field
+Stored as parallel lists (request, new tokens, context before the step) because the engine builds
+one per simulated step: a dict view is available for readability and tests.
+"""
+from __future__ import annotations
 
 import numpy as np
 
@@ -9,49 +11,55 @@ from cost_models.batch_shape import BatchShape
 from simulator.request import Request
 
 
-@dataclass
 class Batch:
-    # Insertion order is the order the scheduler picked requests. Each request's context (tokens
-    # already in KV before this step) is captured at schedule time, since schedulers advance
-    # num_computed_tokens as they schedule (vLLM V1 does the same).
-    num_scheduled_tokens: dict[Request, int] = field(default_factory=dict)
-    context_tokens: dict[Request, int] = field(default_factory=dict)
-    num_preempted: int = 0          # preemptions decided while forming this batch
-    num_padding_rows: int = 0       # static (HF) batching: finished rows still computed
+    __slots__ = ("requests", "new_tokens", "context_tokens", "num_preempted", "num_padding_rows")
+
+    def __init__(self) -> None:
+        self.requests: list[Request] = []      # in the order the scheduler picked them
+        self.new_tokens: list[int] = []
+        # Context is captured at schedule time: schedulers advance num_computed_tokens as they
+        # schedule (vLLM V1 does the same), so it cannot be read back afterwards.
+        self.context_tokens: list[int] = []
+        self.num_preempted = 0                 # preemptions decided while forming this batch
+        self.num_padding_rows = 0              # static (HF) batching: finished rows still computed
 
     def add(self, request: Request, num_tokens: int) -> None:
-        self.num_scheduled_tokens[request] = num_tokens
-        self.context_tokens[request] = request.num_computed_tokens
+        self.requests.append(request)
+        self.new_tokens.append(num_tokens)
+        self.context_tokens.append(request.num_computed_tokens)
 
     def remove(self, request: Request) -> int:
-        self.context_tokens.pop(request)
-        return self.num_scheduled_tokens.pop(request)
+        i = self.requests.index(request)
+        del self.requests[i], self.context_tokens[i]
+        return self.new_tokens.pop(i)
+
+    def __contains__(self, request: Request) -> bool:
+        return any(r is request for r in self.requests)  # rare: rollbacks and partial prefills
 
     def __len__(self) -> int:
-        return len(self.num_scheduled_tokens)
+        return len(self.requests)
 
     def __bool__(self) -> bool:
-        return bool(self.num_scheduled_tokens)
+        return bool(self.requests)
+
+    @property
+    def num_scheduled_tokens(self) -> dict[Request, int]:
+        return dict(zip(self.requests, self.new_tokens))
 
     @property
     def total_tokens(self) -> int:
-        return sum(self.num_scheduled_tokens.values())
-
-    @property
-    def requests(self) -> list[Request]:
-        return list(self.num_scheduled_tokens)
+        return sum(self.new_tokens)
 
     def shape(self) -> BatchShape:
         """The features a cost model needs; padded rows decode one discarded token."""
-        n_real = len(self)
-        new = np.fromiter(self.num_scheduled_tokens.values(), dtype=np.int64, count=n_real)
-        ctx = np.fromiter(self.context_tokens.values(), dtype=np.int64, count=n_real)
-        samples = np.fromiter((c + k >= r.num_tokens for (r, k), c in
-                               zip(self.num_scheduled_tokens.items(), self.context_tokens.values())),
-                              dtype=bool, count=n_real)
+        new = np.array(self.new_tokens, dtype=np.int64)
+        ctx = np.array(self.context_tokens, dtype=np.int64)
+        num_tokens = np.array([r.num_prompt_tokens + r.num_output_tokens for r in self.requests],
+                              dtype=np.int64)
+        samples = new + ctx >= num_tokens
         if self.num_padding_rows:
             pad = self.num_padding_rows
-            pad_ctx = int(ctx.max()) if n_real else 0
+            pad_ctx = int(ctx.max()) if len(ctx) else 0
             new = np.concatenate([new, np.ones(pad, np.int64)])
             ctx = np.concatenate([ctx, np.full(pad, pad_ctx, np.int64)])
             samples = np.concatenate([samples, np.ones(pad, bool)])

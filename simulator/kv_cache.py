@@ -63,9 +63,18 @@ class KVCache:
                  headroom_blocks: int = 0) -> bool:
         """Slots for ``num_computed_tokens + num_new_tokens`` tokens (rule 2.2, step 1)."""
         total = request.num_computed_tokens + num_new_tokens
-        if max_model_len is not None:
-            total = min(total, max_model_len)
-        return self.allocate_up_to(request, total, headroom_blocks)
+        if max_model_len is not None and total > max_model_len:
+            total = max_model_len
+        # Inlined allocate_up_to: this runs for every scheduled request of every step.
+        held = self._num_blocks.get(request, 0)
+        need = -(-total // self.block_size) - held
+        if need <= 0:
+            return True
+        if need + headroom_blocks > self.num_free_blocks:
+            return False
+        self.num_free_blocks -= need
+        self._num_blocks[request] = held + need
+        return True
 
     def free(self, request: Request) -> None:
         self.num_free_blocks += self._num_blocks.pop(request, 0)

@@ -83,20 +83,19 @@ class Scheduler:
     def on_step_end(self, batch: Batch, now_s: float) -> list[Request]:
         """Every request that caught up samples one token (rule 1.3.1); finished ones free KV."""
         finished = []
-        for request in batch.num_scheduled_tokens:
-            if request.num_computed_tokens < request.num_tokens:
+        max_model_len = self.max_model_len
+        for request in batch.requests:
+            num_tokens = request.num_prompt_tokens + request.num_output_tokens
+            if request.num_computed_tokens < num_tokens:
                 continue  # a partial prefill chunk emits nothing (trap 1)
             request.record_token(now_s)
-            if self.is_stopped(request):
+            # rule 1.3.2 (ignore_eos): max_tokens reached, or the context is full.
+            if (request.num_output_tokens >= request.max_output_tokens
+                    or num_tokens + 1 >= max_model_len):
                 finished.append(request)
         if finished:
             self.finish(finished, now_s)
         return finished
-
-    def is_stopped(self, request: Request) -> bool:
-        # rule 1.3.2 (ignore_eos): max_tokens reached, or the context is full.
-        return (request.num_output_tokens >= request.max_output_tokens
-                or request.num_tokens >= self.max_model_len)
 
     def finish(self, finished: list[Request], now_s: float) -> None:
         done = set(finished)

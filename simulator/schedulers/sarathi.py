@@ -62,7 +62,7 @@ class SarathiScheduler(Scheduler):
         for request in self.running:
             if budget <= 0:
                 break
-            if request.is_prefill and request not in batch.num_scheduled_tokens:
+            if request.is_prefill and request not in batch:
                 n = min(request.num_remaining_tokens, budget)
                 self.schedule_tokens(batch, request, n)  # blocks were allocated at admission
                 budget -= n

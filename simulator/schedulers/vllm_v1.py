@@ -27,6 +27,7 @@ class VllmV1Scheduler(Scheduler):
 
     def check_config(self) -> None:  # [CFG] startup checks, rule 1.2
         o = self.options
+        self._threshold = o.long_prefill_token_threshold
         if o.max_num_batched_tokens < o.max_num_seqs:
             raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
                                  f" must be >= max_num_seqs ({o.max_num_seqs})")
@@ -35,7 +36,7 @@ class VllmV1Scheduler(Scheduler):
                                  f" must be >= max_model_len ({self.max_model_len}) with chunked prefill off")
 
     def _cap(self, n: int) -> int:
-        threshold = self.options.long_prefill_token_threshold
+        threshold = self._threshold
         return threshold if 0 < threshold < n else n
 
     def schedule(self, now_s: float) -> Batch:
@@ -46,22 +47,34 @@ class VllmV1Scheduler(Scheduler):
         return batch
 
     def _schedule_running(self, batch: Batch, budget: int) -> int:
+        running, kv, max_ctx, threshold = self.running, self.kv, self.max_model_len - 1, self._threshold
+        held, block_size = kv._num_blocks, kv.block_size
+        add_request, add_new, add_ctx = (batch.requests.append, batch.new_tokens.append,
+                                         batch.context_tokens.append)
         i = 0
-        while i < len(self.running) and budget > 0:
-            request = self.running[i]
-            n = min(self._cap(request.num_remaining_tokens), budget,
-                    self.max_model_len - 1 - request.num_computed_tokens)
+        while i < len(running) and budget > 0:
+            request = running[i]
+            computed = request.num_computed_tokens
+            n = request.num_prompt_tokens + request.num_output_tokens - computed
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, budget, max_ctx - computed)
             if n <= 0:
                 i += 1
                 continue
-            while not self.kv.allocate(request, n):
-                victim = self._pick_victim()
-                budget += self._preempt_running(batch, victim)
-                if victim is request:
-                    return budget  # the requester preempted itself: Phase A ends (rule 1.2 A4)
-                if self.running.index(request) < i:
-                    i -= 1  # a scheduled request before us left the list
-            self.schedule_tokens(batch, request, n)
+            # Fast path: the request's blocks already cover C + n (most decode steps).
+            if computed + n > held.get(request, 0) * block_size:
+                while not kv.allocate(request, n):
+                    victim = self._pick_victim()
+                    budget += self._preempt_running(batch, victim)
+                    if victim is request:
+                        return budget  # the requester preempted itself: Phase A ends (rule 1.2 A4)
+                    if running.index(request) < i:
+                        i -= 1  # a scheduled request before us left the list
+            add_request(request)
+            add_new(n)
+            add_ctx(computed)
+            request.num_computed_tokens = computed + n   # C advances at schedule time (§1.2)
             budget -= n
             i += 1
         return budget
@@ -74,7 +87,7 @@ class VllmV1Scheduler(Scheduler):
     def _preempt_running(self, batch: Batch, victim: Request) -> int:
         """Preempt; roll back the victim's tokens if already scheduled this step (rule 2.5)."""
         refunded = 0
-        if victim in batch.num_scheduled_tokens:
+        if victim in batch:
             refunded = batch.remove(victim)
         self.running.remove(victim)
         self.preempt(victim)
