@@ -9,9 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+import math
+
 import simpy
 
 from cost_models.base import StepCostModel
+from simulator.fast_forward import apply_decode_run, delay_reaching, plan_decode_run
 from simulator.progress import NoProgressError, ProgressWatchdog, diagnose_stall
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
@@ -46,7 +49,8 @@ class SimulationResult:
 class Simulation:
     def __init__(self, requests: list[Request], schedulers: list[Scheduler],
                  cost_model: StepCostModel, step_log, *, max_concurrency: int | None = None,
-                 router: str = "round_robin", on_step: Callable | None = None):
+                 router: str = "round_robin", on_step: Callable | None = None,
+                 fast_forward: bool = True):
         self.env = simpy.Environment()
         self.pending = requests  # sorted by intended arrival time
         self.replicas = [Replica(i, s) for i, s in enumerate(schedulers)]
@@ -60,14 +64,20 @@ class Simulation:
         self.slot_freed: simpy.Event | None = None
         self.last_finish_s = 0.0
         self._rr = 0
+        # Several identical decode steps may be advanced in one event (single replica, no
+        # per-step callback): see simulator/fast_forward.py.
+        self.fast_forward = fast_forward and len(self.replicas) == 1 and on_step is None
+        self.next_arrival_s = requests[0].arrival_s if requests else math.inf
 
     # -- processes -------------------------------------------------------------------------------
     def arrivals(self):
         env = self.env
         for request in self.pending:
+            self.next_arrival_s = request.arrival_s
             if request.arrival_s > env.now:
                 yield env.timeout(request.arrival_s - env.now)
             while self.max_concurrency is not None and self.num_in_flight >= self.max_concurrency:
+                self.next_arrival_s = math.inf   # until a request finishes
                 self.slot_freed = env.event()
                 yield self.slot_freed  # vLLM bench: the semaphore is taken before `start`
             # The benchmark clock starts when the client sends (trap 15): record that time.
@@ -77,6 +87,7 @@ class Simulation:
             replica = self.route()
             replica.scheduler.add(request)
             replica.notify()
+        self.next_arrival_s = math.inf
 
     def route(self) -> Replica:
         if len(self.replicas) == 1:
@@ -93,6 +104,11 @@ class Simulation:
             start_s = env.now
             batch = scheduler.schedule(start_s)
             if not batch:
+                if batch.num_preempted:
+                    # Preemption emptied the batch (e.g. the only candidate preempted itself):
+                    # vLLM schedules again at once; the state changed, so this is progress.
+                    watchdog.observe(0, batch.num_preempted, scheduler)
+                    continue
                 yield from self._idle(replica)
                 continue
             shape = batch.shape()
@@ -107,6 +123,32 @@ class Simulation:
                 self._on_finished(finished)
             if self.on_step is not None:
                 self.on_step(replica, batch, shape)
+            if self.fast_forward:
+                yield from self._decode_run(scheduler, watchdog)
+
+    def _decode_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog):
+        """Advance the coming identical decode steps in one event, when that is exact."""
+        max_steps = scheduler.decode_horizon()
+        if max_steps <= 0:
+            return
+        start_s = self.env.now
+        run = plan_decode_run(scheduler, self.cost_model, start_s, max_steps, self.next_arrival_s)
+        delay = run and delay_reaching(start_s, run.end_s[-1])
+        if delay is None:
+            return  # no exact single delay: let the next steps run one by one
+        waiting_before = len(scheduler.waiting)
+        yield self.env.timeout(delay)
+        apply_decode_run(scheduler, run, start_s)
+        n_rows = len(scheduler.running) + getattr(scheduler, "num_padding_rows", 0)
+        num_running, step_start_s = len(scheduler.running), start_s
+        for i, (end_s, usage) in enumerate(zip(run.end_s, run.kv_usage)):
+            # Arrivals can only land during the last step (plan_decode_run stops before a step
+            # that starts at or after one), so earlier rows saw the queue as it was.
+            num_waiting = len(scheduler.waiting) if i == run.num_steps - 1 else waiting_before
+            self.step_log.append(step_start_s, end_s, n_rows, 0, n_rows, n_rows, 0, num_running,
+                                 num_waiting, usage, 0)
+            step_start_s = end_s
+        watchdog.observe(num_running, 0, scheduler)
 
     def _idle(self, replica: Replica):
         scheduler = replica.scheduler
@@ -126,6 +168,7 @@ class Simulation:
         self.last_finish_s = self.env.now
         if self.slot_freed is not None and not self.slot_freed.triggered:
             self.slot_freed.succeed()
+            self.next_arrival_s = self.env.now  # the blocked client sends now
 
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> SimulationResult:

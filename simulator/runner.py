@@ -143,7 +143,7 @@ class RunOutput:
     num_gpu_blocks: int
 
 
-def simulate(prepared: Prepared, run: PreparedRun) -> RunOutput:
+def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True) -> RunOutput:
     scenario = prepared.scenario
     requests = make_requests(prepared.trace)
     if scenario.metrics.record_itl_gaps:
@@ -153,7 +153,8 @@ def simulate(prepared: Prepared, run: PreparedRun) -> RunOutput:
                                     run.context) for _ in range(scenario.engine.num_replicas)]
     step_log = StepLog()
     sim = Simulation(requests, schedulers, prepared.cost_model, step_log,
-                     max_concurrency=prepared.trace.max_concurrency, router=scenario.engine.router)
+                     max_concurrency=prepared.trace.max_concurrency, router=scenario.engine.router,
+                     fast_forward=fast_forward)
     result = sim.run()
     goodput = scenario.metrics.goodput.as_dict() if scenario.metrics.goodput else None
     summary = summarize(requests, duration_s=None if not requests else result.end_s - _run_start(prepared),

@@ -67,6 +67,28 @@ class Scheduler:
         peak = min(request.num_prompt_tokens + request.max_output_tokens - 1, self.max_model_len)
         return self.kv.blocks_for(peak)
 
+    def admission_blocked(self) -> bool:
+        """True when the coming steps cannot admit a waiting request as long as only decodes run
+        (nothing frees a seat or a block): the condition for advancing several steps at once.
+        Policies answer for their own admission rules; False is always safe."""
+        return False
+
+    def decode_horizon(self) -> int:
+        """How many coming steps are certain to schedule exactly one decode token for every
+        running request, with no admission and no finish (0 when unsure)."""
+        if not self.running or not self.admission_blocked():
+            return 0
+        horizon = self.max_model_len
+        for r in self.running:
+            num_tokens = r.num_prompt_tokens + r.num_output_tokens
+            if r.num_computed_tokens != num_tokens - 1 or r.num_output_tokens == 0:
+                return 0  # not decoding (a 1-token last prefill chunk is not a decode)
+            steps_to_finish = min(r.max_output_tokens - r.num_output_tokens,
+                                  self.max_model_len - num_tokens)
+            if steps_to_finish < horizon:
+                horizon = steps_to_finish
+        return horizon - 1  # the step that finishes a request goes through the normal path
+
     def max_request_tokens(self) -> int:
         """The longest prompt this policy can ever admit (impossible requests are caught up front)."""
         return self.max_model_len - 1

@@ -33,6 +33,11 @@ class OrcaScheduler(Scheduler):
     def blocks_to_finish(self, request: Request) -> int:
         return self.kv.blocks_for(self.reserved_tokens(request))
 
+    def admission_blocked(self) -> bool:
+        # Reservations are taken at admission, so decoding never changes the free blocks.
+        return (not self.waiting or len(self.running) >= self.options.max_num_seqs
+                or not self.kv.can_fit(self.waiting[0], self.reserved_tokens(self.waiting[0])))
+
     def schedule(self, now_s: float) -> Batch:
         batch = Batch()
         for request in self.running:  # every in-flight request advances one iteration

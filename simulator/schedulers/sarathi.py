@@ -37,6 +37,15 @@ class SarathiScheduler(Scheduler):
         self._schedule_new(batch, budget, now_s)
         return batch
 
+    def admission_blocked(self) -> bool:
+        o = self.options
+        if (not self.waiting or len(self.running) >= o.max_num_seqs
+                or o.max_num_batched_tokens - len(self.running) <= 0):
+            return True
+        headroom = int(o.watermark * self.kv.num_total_blocks)  # refused now: refused later
+        head = self.waiting[0]
+        return not self.kv.can_fit(head, head.num_tokens, headroom_blocks=headroom)
+
     def _schedule_decodes(self, batch: Batch) -> int:
         num_scheduled = 0
         for request in list(self.running):

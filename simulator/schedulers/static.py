@@ -40,6 +40,13 @@ class StaticScheduler(Scheduler):
     def blocks_to_finish(self, request: Request) -> int:
         return self.kv.blocks_for(self.max_model_len)
 
+    def admission_blocked(self) -> bool:
+        return bool(self.running)  # no refill while a batch is in flight
+
+    @property
+    def num_padding_rows(self) -> int:
+        return len(self.batch_members) - len(self.running) if self.options.variant == "hf" else 0
+
     def next_wakeup_s(self, now_s: float) -> float | None:
         """When an idle engine should look again although nothing arrives (the max_wait timer)."""
         if self.running or not self.waiting or len(self.waiting) >= self.max_batch_size:
@@ -52,8 +59,7 @@ class StaticScheduler(Scheduler):
         batch = Batch()
         for request in self.running:
             self.schedule_tokens(batch, request, request.num_remaining_tokens)
-        if self.options.variant == "hf":
-            batch.num_padding_rows = len(self.batch_members) - len(self.running)
+        batch.num_padding_rows = self.num_padding_rows
         return batch
 
     def _form_batch(self, now_s: float) -> bool:

@@ -49,6 +49,13 @@ class VllmV0Scheduler(Scheduler):
             self._schedule_decodes(batch)
         return batch
 
+    def admission_blocked(self) -> bool:
+        if not self.waiting or len(self.running) + 1 > self.options.max_num_seqs:
+            return True
+        head = self.waiting[0]  # refused now (budget or blocks): refused while decodes run
+        return (head.num_tokens > self.options.max_num_batched_tokens or not self.kv.can_fit(
+            head, head.num_tokens, headroom_blocks=self._watermark_blocks()))
+
     def _schedule_prefills(self, batch: Batch, now_s: float) -> None:
         o = self.options
         num_tokens = 0

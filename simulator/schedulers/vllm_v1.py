@@ -79,6 +79,23 @@ class VllmV1Scheduler(Scheduler):
             i += 1
         return budget
 
+    def admission_blocked(self) -> bool:
+        budget_left = self.options.max_num_batched_tokens - len(self.running)
+        if budget_left < 0:
+            return False  # not every running request is scheduled each step
+        if not self.waiting or len(self.running) >= self.options.max_num_seqs or budget_left == 0:
+            return True
+        return not self._head_admissible(budget_left)
+
+    def _head_admissible(self, budget: int) -> bool:
+        """Phase B's test for the head, without side effects. Free blocks only shrink while
+        decodes run, so a head refused now stays refused."""
+        head = self._peek_waiting()
+        n = self._cap(head.num_tokens)
+        if not self.options.enable_chunked_prefill and n > budget:
+            return False
+        return self._admission_fits(head, 0) and self.kv.can_fit(head, min(n, budget))
+
     def _pick_victim(self) -> Request:
         if self.options.scheduling_policy == "priority":
             return max(self.running, key=lambda r: (r.priority, r.arrival_s))
