@@ -6,15 +6,16 @@ allowed. ``servesim schema`` prints the JSON Schema of the same model so editors
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from cost_models.options import (Bool, Int, NonNegativeFloat, PositiveFloat, PositiveInt,
-                                 UnitInterval, options_config)
+from cost_models.options import (Bool, NonNegativeInt, PositiveFloat, PositiveInt, UnitInterval,
+                                 options_config)
 from simulator.schedulers.registry import get_preset, preset_names
 from simulator.workload.generate import WorkloadSpec
 
@@ -23,13 +24,20 @@ class ScenarioError(ValueError):
     """A user mistake in a scenario: the message is one line, ready to print."""
 
 
+# A name becomes a folder under the result directory: no separators, no "." or ".." tricks.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.
+GpuBlocks = Annotated[int, Field(strict=True, ge=2)]
+Percentile = Annotated[float, Field(strict=True, gt=0, le=100)]
+
+
 @options_config
 @dataclass(frozen=True)
 class EngineOptions:
     tensor_parallel_size: PositiveInt = 1
     gpu_memory_utilization: UnitInterval = 0.92       # vLLM V1 default (semantics §8)
     block_size: PositiveInt = 16
-    num_gpu_blocks: PositiveInt | None = None          # like num_gpu_blocks_override
+    num_gpu_blocks: GpuBlocks | None = None            # like num_gpu_blocks_override
     max_model_len: PositiveInt | None = None           # default: the model's context length
     num_replicas: PositiveInt = 1
     router: Literal["round_robin", "least_loaded"] = "round_robin"
@@ -51,7 +59,7 @@ class GoodputSLOs:
 @options_config
 @dataclass(frozen=True)
 class MetricsOptions:
-    percentiles: tuple[PositiveFloat, ...] = (90.0, 95.0, 99.0)
+    percentiles: tuple[Percentile, ...] = (90.0, 95.0, 99.0)
     goodput: GoodputSLOs | None = None
     record_itl_gaps: Bool = True        # exact ITL percentiles; memory grows with tokens
 
@@ -59,9 +67,9 @@ class MetricsOptions:
 class Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(pattern=NAME_PATTERN)
     description: str = ""
-    seed: Int = 0
+    seed: NonNegativeInt = 0            # numpy seeds are non-negative
     model: str
     hardware: str | dict[str, Any] = "h100-sxm"
     cost_model: dict[str, Any] = Field(default_factory=lambda: {"kind": "roofline"})
@@ -69,6 +77,11 @@ class Scenario(BaseModel):
     workload: WorkloadSpec
     schedulers: list[dict[str, Any]] = Field(min_length=1)
     metrics: MetricsOptions = MetricsOptions()
+    # `servesim sweep` only (`servesim run` ignores both and runs the file as written): dotted
+    # field paths to lists of values, crossed; and how many seeds (seed, seed+1, ...) per point.
+    # simulator/sweep/plan.py checks every path and value before any run.
+    sweep: dict[str, list[Any]] | None = None
+    num_seeds: PositiveInt = 1
 
     def scheduler_options(self) -> list[Any]:
         """Each entry validated against its preset's Options dataclass; labels must be unique."""
@@ -85,7 +98,8 @@ def _scheduler_options(index: int, entry: dict[str, Any]):
     entry = dict(entry)
     preset = entry.get("preset", entry.get("kind"))
     if not isinstance(preset, str):
-        raise ScenarioError(f"schedulers[{index}].preset: {preset!r} is required: one of "
+        problem = "required field is missing" if preset is None else f"{preset!r} is not allowed"
+        raise ScenarioError(f"schedulers[{index}].preset: {problem}; one of "
                             f"{', '.join(preset_names())} or package.module:Class")
     entry.pop("kind", None)
     entry["preset"] = preset
@@ -94,11 +108,20 @@ def _scheduler_options(index: int, entry: dict[str, Any]):
     except ValueError as exc:
         raise ScenarioError(f"schedulers[{index}].{str(exc).removeprefix('schedulers.')}") from None
     cls = found.cls
+    if not isinstance(getattr(cls, "Options", None), type):
+        raise ScenarioError(f"schedulers[{index}].preset: {preset!r} is not a scheduler class (it "
+                            f"needs an Options dataclass; see simulator/schedulers/base.py)")
     entry = {**found.defaults, **entry}   # the preset's own defaults (e.g. Sarathi's 512 budget)
     try:
-        return TypeAdapter(cls.Options).validate_python(entry)
+        options = TypeAdapter(cls.Options).validate_python(entry)
     except ValidationError as exc:
         raise ScenarioError(format_validation_error(exc, f"schedulers[{index}]", entry)) from None
+    name = getattr(options, "name", None)
+    if name is not None and not re.fullmatch(NAME_PATTERN, name):
+        raise ScenarioError(f"schedulers[{index}].name: {name!r} is not allowed: it names the result "
+                            f"folder, so letters, digits, '.', '_' and '-' only, starting with a "
+                            f"letter or digit")
+    return options
 
 
 def _loc(prefix: str, loc: tuple, raw: Any) -> str:
@@ -137,26 +160,73 @@ def format_validation_error(exc: ValidationError, prefix: str = "", raw: Any = N
         return f"{where}: required field is missing"
     if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
         return f"{where}: unknown field (not allowed here; check the spelling)"
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        # Name the tag field itself (workload.arrival.kind), not the whole block.
+        ctx = err["ctx"]
+        where = f"{where}.{ctx['discriminator'].strip(repr(''))}"
+        if err["type"] == "union_tag_not_found":
+            return f"{where}: required field is missing"
+        return f"{where}: {ctx['tag']!r} is not allowed; must be one of {ctx['expected_tags']}"
     value = err.get("input")
     shown = repr(value) if not isinstance(value, (dict, list)) or len(repr(value)) < 60 else type(value).__name__
     return f"{where}: {shown} is not allowed: {msg}".split("\n")[0]
 
 
-def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    path = Path(path)
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping key given twice."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping: PyYAML would silently keep the
+    last one, so a second ``engine:`` block would quietly replace the first."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, (str, int, float)):
+                continue  # unhashable keys get PyYAML's own error
+            if key in seen:
+                raise _DuplicateKey(None, None, f"key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def parse_yaml(text: str, where: str):
+    """YAML text to Python, with one-line errors that say where (file and line)."""
     try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file") from None
+        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ScenarioError(f"{path}:{where} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+        line = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).split("\n")[0]
+        if isinstance(exc, _DuplicateKey):
+            raise ScenarioError(f"{where}:{line}: {problem}; give each key once") from None
+        raise ScenarioError(f"{where}:{line} is not valid YAML ({problem})") from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    path = Path(path)
+    return validate_scenario(read_raw_scenario(path, overrides), base_dir=path.parent)
+
+
+def read_raw_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
+    """The file's mapping with ``--set`` overrides applied, not yet validated (sweeps need it)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such scenario file") from None
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    raw = parse_yaml(text, str(path))
     if not isinstance(raw, dict):
+        got = "an empty file" if raw is None else f"a {type(raw).__name__}"
         raise ScenarioError(f"{path}: a scenario is a mapping of fields (name, model, workload, "
-                            f"schedulers, ...), got {type(raw).__name__}")
-    raw = apply_overrides(raw, overrides)
-    return validate_scenario(raw, base_dir=path.parent)
+                            f"schedulers, ...), got {got}")
+    return apply_overrides(raw, overrides)
 
 
 def validate_scenario(raw: dict, base_dir: Path | None = None) -> Scenario:
@@ -168,7 +238,21 @@ def validate_scenario(raw: dict, base_dir: Path | None = None) -> Scenario:
     except ValueError as exc:
         raise ScenarioError(str(exc).split("\n")[0]) from None
     scenario.scheduler_options()
+    _check_files(scenario)
+    if scenario.sweep is not None or scenario.num_seeds != 1:
+        from simulator.sweep.plan import check_sweep  # late: the sweep package imports this one
+        check_sweep(raw, base_dir)
     return scenario
+
+
+def _check_files(scenario: Scenario) -> None:
+    """A missing trace or lengths file is a typo in the scenario: say which field names it."""
+    workload = scenario.workload
+    for where in ("arrival", "prompt_len", "output_len"):
+        path = getattr(getattr(workload, where), "path", None)
+        if isinstance(path, str) and not Path(path).is_file():
+            raise ScenarioError(f"workload.{where}.path: file {path!r} does not exist (a relative "
+                                f"path is looked up next to the scenario file)")
 
 
 def _resolve_paths(raw: dict, base_dir: Path) -> dict:
@@ -205,21 +289,29 @@ def apply_overrides(raw: dict, overrides) -> dict:
         node = raw
         parts = key.split(".")
         for part in parts[:-1]:
-            if part.isdigit() and isinstance(node, list) and int(part) < len(node):
+            if isinstance(node, list) and part.isdigit():
+                _check_index(key, part, node)
                 node = node[int(part)]
                 continue
             if not isinstance(node, dict):
                 raise ScenarioError(f"--set: {key!r}: {part!r} is not inside a mapping")
             node = node.setdefault(part, {})
         last = parts[-1]
-        value = yaml.safe_load(text) if text else None
+        value = parse_yaml(text, f"--set {key}") if text else None
         if isinstance(node, list) and last.isdigit():
+            _check_index(key, last, node)
             node[int(last)] = value
         elif isinstance(node, dict):
             node[last] = value
         else:
             raise ScenarioError(f"--set: {key!r} does not name a field")
     return raw
+
+
+def _check_index(key: str, part: str, node: list) -> None:
+    if int(part) >= len(node):
+        raise ScenarioError(f"--set: {key!r}: index {part} is out of range (the list has "
+                            f"{len(node)} {'entry' if len(node) == 1 else 'entries'}, from 0)")
 
 
 def json_schema() -> dict:
