@@ -11,6 +11,7 @@ from typing import Callable, NamedTuple
 from cost_models.base import StepCostModel
 from cost_models.hardware import HardwareSpec
 from cost_models.model_spec import ModelSpec
+from cost_models.profiles import build_profiled
 from cost_models.roofline import RooflineCostModel
 from cost_models.unit import UnitCostModel
 
@@ -34,6 +35,8 @@ COST_MODEL_BUILDERS: dict[str, CostModelKind] = {
     "roofline": CostModelKind(
         lambda options, model, hardware, tp: RooflineCostModel(model, hardware, tp, **options),
         _init_fields(RooflineCostModel, exclude=_ROOFLINE_CONTEXT)),
+    # A fitted cost model file: a shipped profile by name or any file `servesim fit` wrote.
+    "profiled": CostModelKind(build_profiled, ("profile", "path", "step_overhead_s")),
 }
 
 

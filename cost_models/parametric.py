@@ -1,0 +1,151 @@
+"""A compact fitted step-cost form: a handful of coefficients times the step's work counts.
+
+    time = step_overhead_s
+         + linear_s_per_token * max(knee_tokens, tokens)   # weights read once, then GEMM-bound
+         + token_s * tokens                                # per-token work (norms, activations, RoPE)
+         + decode_ctx_s_per_token * sum(ctx over decodes)   # reading the decodes' KV cache
+         + decode_s_per_seq * num_decodes
+         + prefill_pair_s * sum over prefills new*(ctx + (new+1)/2)   # causal attention pairs
+         + prefill_ctx_s_per_token * sum(ctx over prefills)             # reading cached context
+         + prefill_s_per_seq * num_prefills
+         + sample_s_per_seq * num_sampled                  # lm_head row, logits, sampler
+
+``max(knee_tokens, tokens)`` is the roofline's knee in one term: below the knee a step costs the time
+to stream the weights (``linear_s_per_token * knee_tokens``) whatever its size. Every coefficient
+is non-negative (fitted by NNLS), so the form extrapolates monotonically past the fitted range.
+``step_overhead_s`` is the per-step time no kernel accounts for (scheduler, input preparation,
+launches, the host sync of sampled tokens); its source is recorded in the model file.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from cost_models.batch_shape import BatchShape
+
+
+@dataclass(frozen=True)
+class FittedRange:
+    """The batch shapes a fitted model has seen, so a run can say when it extrapolates."""
+    max_tokens: int          # new tokens in one step
+    max_seqs: int            # sequences in one step
+    max_context: int         # context + new tokens of any one sequence
+
+    def outside(self, shape: BatchShape, counts: tuple) -> str | None:
+        """A one-phrase description of how the shape leaves the range, or None if it is inside."""
+        tokens, num_seqs = counts[0], counts[-1]
+        if tokens > self.max_tokens:
+            return f"{tokens} tokens > fitted {self.max_tokens}"
+        if num_seqs > self.max_seqs:
+            return f"{num_seqs} sequences > fitted {self.max_seqs}"
+        if num_seqs and counts[1] + counts[4] + tokens > self.max_context:  # else no sequence can be
+            longest = int((shape.context_tokens + shape.new_tokens).max())
+            if longest > self.max_context:
+                return f"a sequence of {longest} tokens > fitted {self.max_context}"
+        return None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "FittedRange":
+        return cls(int(data["max_tokens"]), int(data["max_seqs"]), int(data["max_context"]))
+
+    @classmethod
+    def of_shapes(cls, shapes: list[BatchShape]) -> "FittedRange":
+        return cls(max_tokens=max(s.num_tokens for s in shapes),
+                   max_seqs=max(s.num_seqs for s in shapes),
+                   max_context=max(int((s.context_tokens + s.new_tokens).max()) for s in shapes if s.num_seqs))
+
+
+# Linear terms in the order of the feature vector after the knee term.
+TERMS = ("step_overhead_s", "linear_s_per_token", "token_s", "decode_ctx_s_per_token",
+         "decode_s_per_seq", "prefill_pair_s", "prefill_ctx_s_per_token", "prefill_s_per_seq",
+         "sample_s_per_seq")
+NUM_COUNTS = 8  # work counts per step, see step_counts
+
+
+def step_counts(shape: BatchShape) -> tuple[float, ...]:
+    """(tokens, decode_ctx, num_decodes, prefill_pairs, prefill_ctx, num_prefills, num_sampled, num_seqs).
+
+    A decode is a sequence with one new token (BatchShape.is_decode); the causal attention pairs of
+    a sequence are new x (ctx + (new + 1) / 2), and the prefill pairs are the total minus the
+    decodes' ctx + 1 each, which avoids boolean indexing on the hot path.
+    """
+    new, ctx = shape.new_tokens, shape.context_tokens
+    num_seqs = len(new)
+    if num_seqs == 0:
+        return (0, 0, 0, 0.0, 0, 0, 0, 0)
+    tokens = int(new.sum())
+    ctx_sum = int(ctx.sum())
+    num_sampled = int(np.count_nonzero(shape.samples))
+    if tokens == num_seqs:  # all-decode steps are most steps: skip the prefill sums
+        return (tokens, ctx_sum, num_seqs, 0.0, 0, 0, num_sampled, num_seqs)
+    is_decode = new == 1
+    num_decodes = int(np.count_nonzero(is_decode))
+    decode_ctx = int(ctx @ is_decode) if num_decodes else 0
+    pairs = float(new @ ctx) + (float(new @ new) + tokens) / 2 - decode_ctx - num_decodes
+    return (tokens, decode_ctx, num_decodes, pairs, ctx_sum - decode_ctx, num_seqs - num_decodes,
+            num_sampled, num_seqs)
+
+
+def design_row(counts: tuple[float, ...], knee_tokens: float) -> list[float]:
+    """The feature vector matching TERMS for one step's counts."""
+    tokens, decode_ctx, num_decodes, pairs, prefill_ctx, num_prefills, num_sampled, _ = counts
+    return [1.0, max(knee_tokens, tokens), tokens, decode_ctx, num_decodes, pairs, prefill_ctx,
+            num_prefills, num_sampled]
+
+
+def design_matrix(counts: np.ndarray, knee_tokens: float) -> np.ndarray:
+    """Feature matrix for an array of step counts (rows from step_counts)."""
+    c = np.asarray(counts, float)
+    tokens = c[:, 0]
+    return np.column_stack([np.ones(len(c)), np.maximum(knee_tokens, tokens), tokens, c[:, 1], c[:, 2],
+                            c[:, 3], c[:, 4], c[:, 5], c[:, 6]])
+
+
+@dataclass(frozen=True)
+class ParametricCostModel:
+    """time = sum of TERMS coefficients x work counts; see the module docstring."""
+    coefficients: dict[str, float]
+    knee_tokens: float
+    fitted_range: FittedRange | None = None
+    name: str = "parametric"
+    _coef: np.ndarray = field(init=False, repr=False, compare=False)
+    _warned: list = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        missing = [t for t in TERMS if t not in self.coefficients]
+        if missing:
+            raise ValueError(f"coefficients.{missing[0]}: missing (a parametric model needs {', '.join(TERMS)})")
+        for term in TERMS:
+            value = self.coefficients[term]
+            if not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+                raise ValueError(f"coefficients.{term}: {value!r} is not a non-negative number")
+        object.__setattr__(self, "_coef", np.array([float(self.coefficients[t]) for t in TERMS]))
+        object.__setattr__(self, "_warned", [self.fitted_range is None])
+
+    @property
+    def weight_read_s(self) -> float:
+        """The floor a small step pays for the knee term: the fitted weight-streaming time."""
+        return self.coefficients["linear_s_per_token"] * self.knee_tokens
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        counts = step_counts(shape)
+        if not self._warned[0]:
+            self._check_range(shape, counts)
+        c = self._coef
+        tokens = counts[0]
+        return float(c[0] + c[1] * max(self.knee_tokens, tokens) + c[2] * tokens + c[3] * counts[1]
+                + c[4] * counts[2] + c[5] * counts[3] + c[6] * counts[4] + c[7] * counts[5]
+                + c[8] * counts[6])
+
+    def _check_range(self, shape: BatchShape, counts: tuple[float, ...]) -> None:
+        problem = self.fitted_range.outside(shape, counts)
+        if problem:
+            self._warned[0] = True
+            warnings.warn(f"cost model {self.name!r}: batch shape outside the fitted range ({problem}); "
+                          f"the time is extrapolated (further shapes are not reported)",
+                          RuntimeWarning, stacklevel=3)

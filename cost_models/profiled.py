@@ -1,0 +1,209 @@
+"""Table-driven step cost from kernel profiles: operator tables in tokens, attention by step composition.
+
+    step = num_layers x (layer ops(tokens) + attention(step) + 2 x all-reduce(tokens x hidden))
+         + whole-model ops(tokens) + lm_head and sampler(sampled rows) + step_overhead_s
+
+Kernel profiles contain no CPU work, so ``step_overhead_s`` (scheduling, input preparation,
+launches) is an explicit term whose value and source the profile file records.
+
+Attention comes from a profiled grid of one layer (LLMServingSim: one prefill chunk on cached
+context plus n decodes of equal context) or, where the source has none (Vidur), from the roofline.
+The grid is kept as three compact tables: prefill P(chunk, cached), decode-only D(n, context), and
+the extra time decodes add to a prefill step at no cached context, X(chunk, n, context). A mixed
+step costs ``base + ((P - base)^p + X^p)^(1/p)``: the two parts run in one kernel launch and overlap
+partly, p fitted on the profile. Several prefill chunks add their P above the base; decodes enter
+with their mean context (their KV reads add up, so the mean times n is the total).
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cost_models.batch_shape import BatchShape
+from cost_models.parametric import FittedRange, step_counts
+
+
+class Table1D:
+    """y(x) by linear interpolation; flat below the first point, proportional above the last."""
+
+    def __init__(self, x, y):
+        self.x, self.y = [float(v) for v in x], [float(v) for v in y]
+        if len(self.x) < 2 or len(self.x) != len(self.y) or any(b <= a for a, b in zip(self.x, self.x[1:])):
+            raise ValueError(f"table: needs >= 2 points with increasing x (got {len(self.x)})")
+
+    def __call__(self, x: float) -> float:
+        xs, ys = self.x, self.y
+        if x >= xs[-1]:
+            return ys[-1] * x / xs[-1]  # past the profile: time grows with the work
+        i = bisect_right(xs, x)
+        if i == 0:
+            return ys[0]
+        x0, x1 = xs[i - 1], xs[i]
+        return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0)
+
+    def to_json(self, x_name: str) -> dict:
+        return {x_name: self.x, "seconds": self.y}
+
+
+def log_axis(values) -> np.ndarray:
+    """Grid coordinate of a token or sequence count: log2(v + 1), so 0 is a valid grid point."""
+    return np.log2(np.asarray(values, float) + 1)
+
+
+class GridTable:
+    """Multilinear interpolation on a product grid in log_axis coordinates; proportional past the ends."""
+
+    def __init__(self, axes: list, values):
+        self.axes = [np.asarray(a, float) for a in axes]
+        self.coords = [log_axis(a).tolist() for a in self.axes]
+        self._ends = [(float(a[0]), float(a[-1])) for a in self.axes]
+        self.values = np.asarray(values, float)
+        if self.values.shape != tuple(len(a) for a in self.axes) or not np.isfinite(self.values).all():
+            raise ValueError(f"grid table: values of shape {self.values.shape} do not fill axes "
+                             f"{[len(a) for a in self.axes]} with finite numbers")
+        self._nested = self.values.tolist()  # Python lists: scalar indexing is cheaper than numpy's
+
+    def __call__(self, *point: float) -> float:
+        scale, weights = 1.0, []
+        for (first, last), coord, v in zip(self._ends, self.coords, point):
+            if v > last:
+                scale *= v / last if last > 0 else 1.0
+                v = last
+            u = math.log2(max(v, first) + 1)
+            i = min(max(bisect_right(coord, u) - 1, 0), len(coord) - 2)
+            weights.append((i, (u - coord[i]) / (coord[i + 1] - coord[i])))
+        return scale * _blend(self._nested, weights)
+
+    def to_json(self, names: tuple[str, ...], value_name: str = "seconds") -> dict:
+        return {**{n: a.tolist() for n, a in zip(names, self.axes)}, value_name: self.values.tolist()}
+
+    @classmethod
+    def from_json(cls, data: dict, names: tuple[str, ...], value_name: str = "seconds") -> "GridTable":
+        return cls([data[n] for n in names], data[value_name])
+
+
+_PREFILL_AXES, _DECODE_AXES = ("chunk", "cached"), ("n_decode", "context")
+_MIXED_AXES, _EXPONENT_AXES = ("chunk", "n_decode", "context"), ("chunk", "n_decode")
+
+
+def _blend(nested, weights) -> float:
+    """Multilinear blend of the 2^d corners around a point: recursion over the axes."""
+    i, w = weights[0]
+    if len(weights) == 1:
+        return nested[i] * (1 - w) + nested[i + 1] * w
+    low = _blend(nested[i], weights[1:]) if w < 1 else 0.0
+    high = _blend(nested[i + 1], weights[1:]) if w > 0 else 0.0
+    return low * (1 - w) + high * w
+
+
+@dataclass(frozen=True)
+class AttentionGrid:
+    """One layer's attention from a profiled grid; see the module docstring for the composition."""
+    prefill: GridTable   # (chunk, cached context)
+    decode: GridTable    # (n_decode, context)
+    mixed: GridTable     # (chunk, n_decode, context): what decodes add to a prefill on no context
+    base_s: float
+    exponent: GridTable  # (chunk, n_decode) -> overlap exponent p
+
+    def time_s(self, new: np.ndarray, ctx: np.ndarray, counts: tuple) -> float:
+        num_decodes, decode_ctx = counts[2], counts[1]
+        if counts[5] == 0:
+            return self.decode(num_decodes, decode_ctx / num_decodes) if num_decodes else 0.0
+        if counts[5] == 1:  # one chunk, the usual case: no boolean indexing
+            at = int(np.argmax(new))
+            chunks, cached = [int(new[at])], [int(ctx[at])]
+        else:
+            is_prefill = new > 1
+            chunks, cached = new[is_prefill].tolist(), ctx[is_prefill].tolist()
+        above = sum(self.prefill(c, k) - self.base_s for c, k in zip(chunks, cached))
+        if not num_decodes:
+            return self.base_s + above
+        extra = max(self.mixed(sum(chunks), num_decodes, decode_ctx / num_decodes), 0.0)
+        p = self.exponent(sum(chunks), num_decodes)
+        return self.base_s + (max(above, 0.0) ** p + extra ** p) ** (1 / p)
+
+    def to_json(self) -> dict:
+        return {"kind": "grid", "base_s": self.base_s,
+                "exponent": self.exponent.to_json(_EXPONENT_AXES, "p"),
+                "prefill": self.prefill.to_json(_PREFILL_AXES), "decode": self.decode.to_json(_DECODE_AXES),
+                "mixed": self.mixed.to_json(_MIXED_AXES)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "AttentionGrid":
+        return cls(GridTable.from_json(d["prefill"], _PREFILL_AXES), GridTable.from_json(d["decode"], _DECODE_AXES),
+                   GridTable.from_json(d["mixed"], _MIXED_AXES), float(d["base_s"]),
+                   GridTable.from_json(d["exponent"], _EXPONENT_AXES, "p"))
+
+
+class RooflineAttention:
+    """Attention and lm_head from the datasheet roofline, where a profile has no such kernels (Vidur)."""
+
+    def __init__(self, roofline):
+        self._k = roofline._k  # the roofline's per-rank constants: seconds per pair, per KV token, ...
+
+    def time_s(self, new: np.ndarray, ctx: np.ndarray, counts: tuple) -> float:
+        k = self._k
+        tokens, decode_ctx, num_decodes, pairs, prefill_ctx = counts[:5]
+        decode_pairs = decode_ctx + num_decodes
+        prefill_tokens = tokens - num_decodes
+        per_layer = max(k.attn_s_per_pair * decode_pairs, k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decodes)
+        per_layer += max(k.attn_s_per_pair * pairs, k.kv_s_per_token * (prefill_ctx + prefill_tokens)
+                         + k.q_s_per_token * prefill_tokens) if pairs else 0.0
+        return per_layer  # the roofline's constants already count every layer
+
+    def sampling_s(self, num_sampled: int) -> float:
+        k = self._k
+        return max(k.lm_head_s_per_row * num_sampled, k.lm_head_weight_s + k.logit_s_per_row * num_sampled)
+
+
+@dataclass(frozen=True)
+class TableCostModel:
+    num_layers: int
+    layer: Table1D                  # one layer's non-attention kernels against tokens
+    whole_model: Table1D | None     # embedding, final norm against tokens
+    sequence: Table1D | None        # lm_head + sampler against sampled rows (None: roofline)
+    attention: object               # AttentionGrid (per layer) or RooflineAttention (all layers)
+    step_overhead_s: float
+    allreduce: Table1D | None = None  # one all-reduce against bytes
+    allreduce_bytes_per_token: float = 0.0
+    fitted_range: FittedRange | None = None
+    name: str = "profiled"
+    _warned: list = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_warned", [self.fitted_range is None])
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        counts = step_counts(shape)
+        tokens = counts[0]
+        if tokens == 0:
+            return self.step_overhead_s
+        if not self._warned[0]:
+            self._check_range(shape, counts)
+        attention = self.attention.time_s(shape.new_tokens, shape.context_tokens, counts)
+        per_layer = self.layer(tokens)
+        if self.allreduce is not None:
+            per_layer += 2 * self.allreduce(tokens * self.allreduce_bytes_per_token)
+        if isinstance(self.attention, AttentionGrid):
+            per_layer += attention
+            attention = 0.0
+        time_s = self.num_layers * per_layer + attention + self.step_overhead_s
+        if self.whole_model is not None:
+            time_s += self.whole_model(tokens)
+        num_sampled = counts[6]
+        if num_sampled:
+            time_s += self.sequence(num_sampled) if self.sequence is not None \
+                else self.attention.sampling_s(num_sampled)
+        return float(time_s)
+
+    def _check_range(self, shape: BatchShape, counts: tuple) -> None:
+        problem = self.fitted_range.outside(shape, counts)
+        if problem:
+            self._warned[0] = True
+            warnings.warn(f"cost model {self.name!r}: batch shape outside the profiled range ({problem}); "
+                          f"the time is extrapolated (further shapes are not reported)",
+                          RuntimeWarning, stacklevel=3)

@@ -1,0 +1,104 @@
+"""Shipped cost model files (``*.json`` beside this file) and the loader for any cost model file.
+
+A file is ``{"format": "servesim-cost-model/1", "form": "parametric" | "tables", ...}``, written by
+``servesim fit`` (cost_models/fit/model_file.py); README.md here lists the shipped ones.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+from cost_models.base import StepCostModel
+from cost_models.hardware import load_hardware
+from cost_models.model_spec import load_model
+from cost_models.parametric import FittedRange, ParametricCostModel
+from cost_models.profiled import AttentionGrid, RooflineAttention, Table1D, TableCostModel
+
+PROFILES_DIR = Path(__file__).resolve().parent
+FORMAT = "servesim-cost-model/1"
+
+
+def profile_names() -> list[str]:
+    return sorted(p.stem for p in PROFILES_DIR.glob("*.json"))
+
+
+def profile_path(name: str) -> Path:
+    path = PROFILES_DIR / f"{name}.json"
+    if not path.is_file():
+        raise ValueError(f"cost_model.profile: {name!r} is not a shipped profile ({', '.join(profile_names())})")
+    return path
+
+
+def read_model_file(path: Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"cost_model.path: {str(path)!r} is not a file")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"cost_model.path: {str(path)!r} is not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"cost_model.path: {str(path)!r} is not a servesim cost model file (format {FORMAT})")
+    return data
+
+
+def load_cost_model(data: dict, tensor_parallel_size: int = 1, step_overhead_s: float | None = None) -> StepCostModel:
+    """A step-cost model from a parsed model file, for one tensor-parallel degree."""
+    if data["form"] == "parametric":
+        return _parametric(data, tensor_parallel_size, step_overhead_s)
+    if data["form"] == "tables":
+        return _tables(data, tensor_parallel_size, step_overhead_s)
+    raise ValueError(f"cost model file {data.get('name')!r}: form {data['form']!r} is not parametric or tables")
+
+
+def _parametric(data: dict, tp: int, step_overhead_s: float | None) -> ParametricCostModel:
+    if tp != data.get("tensor_parallel_size", 1):
+        raise ValueError(f"engine.tensor_parallel_size: {tp} differs from the {data['tensor_parallel_size']} "
+                         f"that cost model {data['name']!r} was measured at")
+    coefficients = dict(data["coefficients"])
+    if step_overhead_s is not None:
+        coefficients["step_overhead_s"] = step_overhead_s
+    return ParametricCostModel(coefficients, float(data["knee_tokens"]),
+                               FittedRange.from_json(data["fitted_range"]), data["name"])
+
+
+def _tables(data: dict, tp: int, step_overhead_s: float | None) -> TableCostModel:
+    section = data["tensor_parallel"].get(str(tp))
+    if section is None:
+        raise ValueError(f"engine.tensor_parallel_size: {tp} is not profiled in cost model {data['name']!r} "
+                         f"(profiled: {', '.join(sorted(data['tensor_parallel']))})")
+    attention = section["attention"]
+    roofline = None
+    if attention["kind"] == "roofline" or section.get("sequence") is None:
+        from cost_models.roofline import RooflineCostModel
+        roofline = RooflineAttention(RooflineCostModel(load_model(data["model"]), load_hardware(data["hardware"]), tp))
+    overhead = data["step_overhead"]["seconds"] if step_overhead_s is None else step_overhead_s
+    if not isinstance(overhead, (int, float)) or overhead < 0:
+        raise ValueError(f"cost_model.step_overhead_s: {overhead!r} is not a non-negative number of seconds")
+
+    def table(name: str, x_name: str) -> Table1D | None:
+        entry = section.get(name)
+        return Table1D(entry[x_name], entry["seconds"]) if entry else None
+    return TableCostModel(
+        num_layers=int(data["num_layers"]), layer=table("layer", "tokens"), whole_model=table("whole_model", "tokens"),
+        sequence=table("sequence", "sequences"),
+        attention=AttentionGrid.from_json(attention) if attention["kind"] == "grid" else roofline,
+        step_overhead_s=float(overhead), allreduce=table("allreduce", "bytes"),
+        allreduce_bytes_per_token=float(section.get("allreduce_bytes_per_token", 0.0)),
+        fitted_range=FittedRange.from_json(section["fitted_range"]), name=data["name"])
+
+
+def build_profiled(options: dict, model, hardware, tensor_parallel_size: int) -> StepCostModel:
+    """The ``profiled`` kind of a scenario's cost_model: ``{profile: NAME}`` or ``{path: FILE.json}``."""
+    if ("profile" in options) == ("path" in options):
+        raise ValueError("cost_model: kind 'profiled' needs exactly one of profile (a shipped name) or path")
+    path = profile_path(options["profile"]) if "profile" in options else Path(options["path"])
+    data = read_model_file(path)
+    if model is not None and data.get("model") and getattr(model, "name", None) != data["model"]:
+        warnings.warn(f"cost model {data['name']!r} was measured on model {data['model']!r}, "
+                      f"the scenario runs {model.name!r}", RuntimeWarning, stacklevel=2)
+    overhead = options.get("step_overhead_s")
+    if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or overhead < 0):
+        raise ValueError(f"cost_model.step_overhead_s: {overhead!r} is not a non-negative number of seconds")
+    return load_cost_model(data, tensor_parallel_size, overhead)
