@@ -108,7 +108,7 @@ def num_gpu_blocks(model: ModelSpec, hardware: HardwareSpec, tensor_parallel_siz
     available = requested - weights - activations - non_torch_bytes(tp)
     block_bytes = block_size * model.kv_bytes_per_token(tp)
     blocks = available // block_bytes
-    if blocks < 1:
+    if blocks < 2:  # block 0 is the null block (rule 2.1): one block leaves none usable
         raise ValueError(
             f"engine.gpu_memory_utilization: {gpu_memory_utilization:.2f} of {hardware.name} leaves "
             f"{available / GiB:.2f} GiB for the KV cache after {weights / GiB:.1f} GiB of weights, "

@@ -85,5 +85,14 @@ def _attach_calibrate() -> None:
 
 _attach_calibrate()
 
+
+def _attach_cost_model_commands() -> None:
+    from cost_models.cli import fit_command, profiles_command
+    main.add_command(fit_command)
+    main.add_command(profiles_command)
+
+
+_attach_cost_model_commands()
+
 if __name__ == "__main__":
     main()

@@ -13,8 +13,10 @@ def diagnose_stall(scheduler, now_s: float) -> str:
     if head is None:
         return f"no progress {where}: the scheduler returned an empty batch"
     need = kv.blocks_for(min(head.num_tokens, scheduler.max_model_len))
+    headroom = scheduler.admission_headroom_blocks()
+    watermark = f" plus a watermark of {headroom} kept free" if headroom else ""
     return (f"no progress {where}: request {head.request_id} ({head.num_tokens} tokens) needs "
-            f"{need} KV blocks; {kv.num_free_blocks} of {kv.num_total_blocks} are free and "
+            f"{need} KV blocks{watermark}; {kv.num_free_blocks} of {kv.num_total_blocks} are free and "
             f"max_num_seqs={scheduler.options.max_num_seqs}; raise num_gpu_blocks / "
             f"gpu_memory_utilization or shorten requests")
 

@@ -58,13 +58,13 @@ def prepare(scenario: Scenario) -> Prepared:
         cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
         trace = generate_workload(scenario.workload, np.random.default_rng(scenario.seed))
         runs = [_prepare_run(scenario, model, hardware, o) for o in scenario.scheduler_options()]
+        prepared = Prepared(scenario, model, hardware, cost, trace, runs)
+        for run in runs:
+            check_requests_fit(prepared, run)
     except ScenarioError:
         raise
     except ValueError as exc:
         raise _user_error(exc) from None
-    prepared = Prepared(scenario, model, hardware, cost, trace, runs)
-    for run in runs:
-        check_requests_fit(prepared, run)
     return prepared
 
 
@@ -125,8 +125,14 @@ def check_requests_fit(prepared: Prepared, run: PreparedRun) -> None:
         raise ScenarioError(
             f"engine: the KV cache ({scheduler.kv.num_total_blocks} usable blocks of "
             f"{scheduler.kv.block_size} tokens) is too small for request {worst} alone, which needs "
-            f"{need} blocks under {run.label}; raise num_gpu_blocks or gpu_memory_utilization, or "
+            f"{need} blocks under {run.label}{_watermark_note(scheduler)}; raise num_gpu_blocks or "
+            f"gpu_memory_utilization, or "
             f"shorten requests / max_model_len")
+
+
+def _watermark_note(scheduler: Scheduler) -> str:
+    headroom = scheduler.admission_headroom_blocks()
+    return f" (including a watermark of {headroom} blocks kept free at admission)" if headroom else ""
 
 
 def _budget_note(scheduler: Scheduler) -> str:

@@ -1,20 +1,33 @@
 """Plots written by `servesim run`: latency CDFs and engine state over time, one line per scheduler."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
+from simulator.plots.cdfs import LatencySamples, plot_latency_cdfs
+from simulator.plots.engine_series import plot_engine_timeseries
+from simulator.plots.figures import pyplot, save_figure
+from simulator.plots.result_dir import ENGINE_TIMESERIES, LATENCY_CDFS
+
 
 def _pyplot():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+    return pyplot()
 
 
 def plot_run(out_dir: Path, outputs) -> list[Path]:
+    """``run_overview.png`` (the quick look), plus ``latency_cdfs`` and ``engine_timeseries``
+    (PNG and SVG) as `servesim plot` draws them from the written files."""
+    out_dir = Path(out_dir)
+    paths = [_overview(out_dir, outputs)]
+    paths += plot_latency_cdfs([LatencySamples.from_requests(o.label, o.result.requests)
+                                for o in outputs], out_dir / LATENCY_CDFS, out_dir.name)
+    paths += plot_engine_timeseries([(o.label, o.result.step_log.to_columns()) for o in outputs],
+                                    out_dir / ENGINE_TIMESERIES, out_dir.name)
+    return paths
+
+
+def _overview(out_dir: Path, outputs) -> Path:
     plt = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     for output in outputs:
@@ -25,7 +38,7 @@ def plot_run(out_dir: Path, outputs) -> list[Path]:
         ax.legend(fontsize=8)
     fig.suptitle(f"{out_dir.name}: latency and engine state per scheduler")
     fig.tight_layout()
-    return [_save(fig, out_dir / "run_overview.png", plt)]
+    return save_figure(fig, out_dir / "run_overview", formats=("png",))[0]
 
 
 def _latency_cdfs(axes, output) -> None:
@@ -47,12 +60,3 @@ def _engine_series(axes, output) -> None:
     axes[0].set(xlabel="time (s)", ylabel="requests", title="running requests")
     axes[1].step(t, cols["kv_usage"], where="post", label=output.label)
     axes[1].set(xlabel="time (s)", ylabel="KV cache usage (0-1)", title="KV cache usage")
-
-
-def _save(fig, path: Path, plt) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    fig.savefig(tmp, dpi=110, format=path.suffix.lstrip("."))
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path

@@ -61,11 +61,16 @@ class Scheduler:
         """When an idle engine must look again although nothing arrives (None: only on arrival)."""
         return None
 
+    def admission_headroom_blocks(self) -> int:
+        """Blocks that must stay free when a request is admitted (a block-manager watermark)."""
+        return 0
+
     def blocks_to_finish(self, request: Request) -> int:
         """KV blocks one request needs at its peak with the cache to itself (paged: P+O-1 tokens,
-        rule 2.2 example); a policy that reserves more up front overrides this."""
+        rule 2.2 example, plus any admission watermark, since a preempted request is re-admitted
+        with its outputs); a policy that reserves more up front overrides this."""
         peak = min(request.num_prompt_tokens + request.max_output_tokens - 1, self.max_model_len)
-        return self.kv.blocks_for(peak)
+        return self.kv.blocks_for(peak) + self.admission_headroom_blocks()
 
     def admission_blocked(self) -> bool:
         """True when the coming steps cannot admit a waiting request as long as only decodes run

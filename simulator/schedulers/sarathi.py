@@ -37,6 +37,9 @@ class SarathiScheduler(Scheduler):
         self._schedule_new(batch, budget, now_s)
         return batch
 
+    def admission_headroom_blocks(self) -> int:
+        return int(self.options.watermark * self.kv.num_total_blocks)
+
     def admission_blocked(self) -> bool:
         o = self.options
         if (not self.waiting or len(self.running) >= o.max_num_seqs

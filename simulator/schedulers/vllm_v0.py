@@ -42,6 +42,9 @@ class VllmV0Scheduler(Scheduler):
     def _watermark_blocks(self) -> int:
         return int(self.options.watermark * self.kv.num_total_blocks)
 
+    def admission_headroom_blocks(self) -> int:
+        return self._watermark_blocks()
+
     def schedule(self, now_s: float) -> Batch:
         batch = Batch()
         self._schedule_prefills(batch, now_s)

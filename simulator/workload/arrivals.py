@@ -32,7 +32,7 @@ from pydantic import ConfigDict, Field
 from simulator.workload.lengths import invalid
 
 Timing = Literal["newer", "older"]
-RatePerS = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+RatePerS = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 _TIMINGS = ("newer", "older")
 _STRICT = ConfigDict(extra="forbid")  # the config layer rejects unknown keys in scenario files
 
@@ -104,7 +104,7 @@ class GammaArrivals(_RenewalArrivals):
 
     kind: Literal["gamma"] = field(default="gamma", kw_only=True)
     rate: RatePerS
-    burstiness: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    burstiness: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] = 1.0
     timing: Timing = "newer"
     __pydantic_config__ = _STRICT
 

@@ -42,7 +42,7 @@ class PriorityChoice:
 
     kind: Literal["choice"] = field(default="choice", kw_only=True)
     values: tuple[int, ...]
-    weights: tuple[Annotated[float, Field(ge=0, allow_inf_nan=False)], ...] | None = None
+    weights: tuple[Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)], ...] | None = None
     __pydantic_config__ = ConfigDict(extra="forbid")
 
     def __post_init__(self) -> None:
@@ -74,9 +74,9 @@ class WorkloadSpec:
     arrival: ArrivalSpec
     prompt_len: LengthSpec | None = None
     output_len: LengthSpec | None = None
-    num_requests: Annotated[int, Field(ge=1)] | None = None
-    duration_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
-    max_concurrency: Annotated[int, Field(ge=1)] | None = None
+    num_requests: Annotated[int, Field(strict=True, ge=1)] | None = None
+    duration_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
+    max_concurrency: Annotated[int, Field(strict=True, ge=1)] | None = None
     lengths: VllmRandomLengths | None = None
     priority: PriorityChoice | None = None
     __pydantic_config__ = ConfigDict(extra="forbid")

@@ -15,9 +15,9 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import ConfigDict, Field
 
-PositiveInt = Annotated[int, Field(ge=1)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
-RangeRatio = Annotated[float, Field(ge=0.0, lt=1.0)]
+PositiveInt = Annotated[int, Field(strict=True, ge=1)]
+NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
+RangeRatio = Annotated[float, Field(strict=True, ge=0.0, lt=1.0)]
 _STRICT = ConfigDict(extra="forbid")
 
 
@@ -68,8 +68,8 @@ class LognormalLength:
     """``median * exp(sigma * Z)``, rounded half-to-even (``np.rint``), then clipped to [min, max]."""
 
     kind: Literal["lognormal"] = field(default="lognormal", kw_only=True)
-    median: Annotated[float, Field(gt=0, allow_inf_nan=False)]
-    sigma: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    median: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+    sigma: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
     min: PositiveInt = 1
     max: PositiveInt | None = None
     __pydantic_config__ = _STRICT

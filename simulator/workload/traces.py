@@ -136,7 +136,7 @@ class TraceArrivals:
 
     kind: Literal["trace"] = field(default="trace", kw_only=True)
     path: str
-    time_scale: Annotated[float, Field(gt=0, allow_inf_nan=False)] = 1.0
+    time_scale: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] = 1.0
     start_at_zero: bool = False
     __pydantic_config__ = ConfigDict(extra="forbid")
 

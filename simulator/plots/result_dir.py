@@ -1,0 +1,70 @@
+"""`servesim plot RESULT_DIR`: every picture the files in a result folder allow.
+
+- ``sweep.csv`` (+ ``sweep.json``): throughput vs latency curves when a load axis was swept,
+  else bars per sweep point;
+- ``<scheduler>/requests.csv`` and ``steps.csv`` (from `servesim run`): latency CDFs and the
+  engine state over time;
+- ``<scheduler>/timeline.csv`` (from `servesim timeline`): the batch timeline.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from simulator.plots.cdfs import LatencySamples, plot_latency_cdfs
+from simulator.plots.curves import plot_sweep_points, plot_throughput_latency, sweep_curves
+from simulator.plots.engine_series import plot_engine_timeseries
+from simulator.plots.figures import read_columns
+from simulator.plots.timeline import TIMELINE_CSV, read_timeline_csv
+from simulator.plots.timeline_plot import plot_batch_timelines
+from simulator.sweep.plan import LOAD_KEYS
+from simulator.sweep.table import KEY_COLUMNS, SWEEP_CSV, read_sweep_csv
+
+THROUGHPUT_LATENCY, SWEEP_POINTS = "throughput_latency", "sweep_points"
+LATENCY_CDFS, ENGINE_TIMESERIES, BATCH_TIMELINE = "latency_cdfs", "engine_timeseries", "batch_timeline"
+
+
+def plot_result_dir(result_dir: Path) -> list[Path]:
+    result_dir = Path(result_dir)
+    if not result_dir.is_dir():
+        raise ValueError(f"{result_dir}: no such result folder")
+    paths: list[Path] = []
+    if (result_dir / SWEEP_CSV).is_file():
+        paths += plot_sweep_csv(result_dir)
+    runs = sorted(p for p in result_dir.iterdir() if (p / "requests.csv").is_file())
+    if runs:
+        title = result_dir.name
+        paths += plot_latency_cdfs([LatencySamples.from_requests_csv(p.name, p / "requests.csv")
+                                    for p in runs], result_dir / LATENCY_CDFS, title)
+        paths += plot_engine_timeseries([(p.name, read_columns(p / "steps.csv")) for p in runs
+                                         if (p / "steps.csv").is_file()],
+                                        result_dir / ENGINE_TIMESERIES, title)
+    timelines = sorted(p for p in result_dir.iterdir() if (p / TIMELINE_CSV).is_file())
+    if timelines:
+        paths += plot_batch_timelines([read_timeline_csv(p.name, p / TIMELINE_CSV) for p in timelines],
+                                      result_dir / BATCH_TIMELINE, result_dir.name)
+    return paths
+
+
+def sweep_meta(result_dir: Path, rows: list[dict]) -> dict:
+    """sweep.json if present; else the swept paths are the columns between seed and error."""
+    path = result_dir / "sweep.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    header = list(rows[0]) if rows else []
+    params = header[len(KEY_COLUMNS):header.index("error")] if "error" in header else []
+    return {"scenario": result_dir.name, "param_keys": params, "slos_ms": {},
+            "load_key": next((k for k in LOAD_KEYS if k in params), None)}
+
+
+def plot_sweep_csv(result_dir: Path) -> list[Path]:
+    rows = read_sweep_csv(result_dir / SWEEP_CSV)
+    if not rows:
+        return []
+    meta = sweep_meta(result_dir, rows)
+    title = meta.get("scenario") or result_dir.name
+    if meta.get("load_key"):
+        curves = sweep_curves(rows, meta["load_key"], meta["param_keys"])
+        return plot_throughput_latency(curves, result_dir / THROUGHPUT_LATENCY, title,
+                                       meta.get("slos_ms"))
+    return plot_sweep_points(rows, meta["param_keys"], result_dir / SWEEP_POINTS, title)

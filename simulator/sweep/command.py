@@ -1,0 +1,66 @@
+"""`servesim sweep`: run a scenario's sweep block into one resumable sweep.csv, then plot it."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from simulator.sweep.backends import BACKENDS
+
+
+def fail(message: str) -> None:
+    """One line on stderr and exit 2, like every user error of `servesim`."""
+    from simulator.cli import EXIT_USER_ERROR
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_USER_ERROR)
+
+
+def backend_options(command):
+    """--workers, --backend and --address, shared by `sweep` and `compare`."""
+    command = click.option("--address", default=None, metavar="ADDR",
+                           help="Ray cluster to join ('auto' or ray://host:port); default: start "
+                                "a local Ray instance.")(command)
+    command = click.option("--backend", type=click.Choice(BACKENDS), default="local",
+                           show_default=True, help="Where runs execute.")(command)
+    return click.option("--workers", type=click.IntRange(min=1), default=None,
+                        help="Parallel runs (default: the number of CPUs; 1 runs in-process).")(command)
+
+
+@click.command()
+@click.argument("scenario_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Result folder (default: results/<scenario name>).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a field, e.g. --set num_seeds=5 (repeatable).")
+@backend_options
+@click.option("--restart", is_flag=True, help="Discard the rows already in sweep.csv and rerun all.")
+@click.option("--no-plots", is_flag=True, help="Skip the plots.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def sweep(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...], workers: int | None,
+          backend: str, address: str | None, restart: bool, no_plots: bool, no_progress: bool) -> None:
+    """Run every (scheduler x sweep point x seed) of SCENARIO_FILE into sweep.csv.
+
+    Runs already in sweep.csv are skipped, so an interrupted sweep resumes where it stopped.
+    """
+    from simulator.scenario import ScenarioError
+    from simulator.sweep.backends import BackendError
+    from simulator.sweep.execute import run_sweep
+    from simulator.sweep.plan import load_plan
+    try:
+        plan = load_plan(scenario_file, overrides)
+        out_dir = out_dir or Path("results") / plan.name
+        outcome = run_sweep(plan, out_dir, backend=backend, workers=workers, address=address,
+                            restart=restart, progress=not no_progress, log=click.echo)
+    except (ScenarioError, BackendError) as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        fail("interrupted; the finished runs are in sweep.csv: run the same command to resume")
+    if outcome.num_errors:
+        click.echo(f"warning: {outcome.num_errors} runs could not finish; see the error column",
+                   err=True)
+    click.echo(f"results: {outcome.csv_path}")
+    if not no_plots:
+        from simulator.plots.result_dir import plot_result_dir
+        for path in plot_result_dir(out_dir):
+            click.echo(f"plot: {path}")
