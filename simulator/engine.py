@@ -100,14 +100,19 @@ class Simulation:
     def serve(self, replica: Replica):
         env, scheduler, cost = self.env, replica.scheduler, self.cost_model
         watchdog = ProgressWatchdog()
+        unlogged_preemptions = 0
         while True:
             start_s = env.now
             batch = scheduler.schedule(start_s)
+            batch.num_preempted += unlogged_preemptions
+            unlogged_preemptions = 0
             if not batch:
                 if batch.num_preempted:
                     # Preemption emptied the batch (e.g. the only candidate preempted itself):
-                    # vLLM schedules again at once; the state changed, so this is progress.
+                    # vLLM schedules again at once; the state changed, so this is progress. The
+                    # count goes into the next logged step so steps.csv adds up.
                     watchdog.observe(0, batch.num_preempted, scheduler)
+                    unlogged_preemptions = batch.num_preempted
                     continue
                 yield from self._idle(replica)
                 continue

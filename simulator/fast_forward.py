@@ -77,8 +77,12 @@ def apply_decode_run(scheduler, run: DecodeRun, start_s: float) -> None:
     max_later_gap = max(later_gaps, default=-math.inf)
     last_s = run.end_s[-1]
     kv = scheduler.kv
+    _allocate_in_step_order(scheduler, m)
     for request, blocks in zip(scheduler.running, run.new_blocks.tolist()):
-        kv.allocate_up_to(request, request.num_computed_tokens + m)
+        request.num_computed_tokens += m
+        request.num_output_tokens += m
+        # Counts first, so a prefix cache hashes exactly the blocks the single steps would have.
+        kv.allocate_up_to(request, request.num_computed_tokens)
         assert kv.num_blocks_of(request) == blocks
         # The first gap runs from the request's own last token (it may have sat out a step).
         first_gap = run.end_s[0] - request.last_token_s
@@ -91,9 +95,22 @@ def apply_decode_run(scheduler, run: DecodeRun, start_s: float) -> None:
         if request.itl_gaps_s is not None:
             request.itl_gaps_s.append(first_gap)
             request.itl_gaps_s.extend(later_gaps)
-        request.num_computed_tokens += m
-        request.num_output_tokens += m
         request.last_token_s = last_s
+
+
+def _allocate_in_step_order(scheduler, m: int) -> None:
+    """Take new blocks in the order single steps would (step by step, running order within a
+    step): with prefix caching, which block a request gets decides what is evicted later."""
+    kv, bs = scheduler.kv, scheduler.kv.block_size
+    needs = []
+    for index, request in enumerate(scheduler.running):
+        computed, slots = request.num_computed_tokens, kv.num_token_slots_of(request)
+        step = slots + 1 - computed          # the step whose token needs slot `slots`
+        while step <= m:
+            needs.append((step, index, request, computed + step))
+            step += bs
+    for _, _, request, total in sorted(needs, key=lambda t: (t[0], t[1])):
+        kv.allocate_up_to(request, total)
 
 
 def delay_reaching(now_s: float, target_s: float) -> float | None:

@@ -20,6 +20,8 @@ class KVCache:
         self.block_size = block_size
         self.num_free_blocks = self.num_total_blocks
         self._num_blocks: dict[Request, int] = {}
+        self.num_queries_tokens = 0   # vllm:prefix_cache_queries (tokens)
+        self.num_hit_tokens = 0       # vllm:prefix_cache_hits (tokens)
 
     # -- queries -------------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
@@ -60,9 +62,9 @@ class KVCache:
         return True
 
     def allocate(self, request: Request, num_new_tokens: int, max_model_len: int | None = None,
-                 headroom_blocks: int = 0) -> bool:
-        """Slots for ``num_computed_tokens + num_new_tokens`` tokens (rule 2.2, step 1)."""
-        total = request.num_computed_tokens + num_new_tokens
+                 headroom_blocks: int = 0, num_hit_tokens: int = 0) -> bool:
+        """Slots for ``num_computed_tokens + hits + num_new_tokens`` tokens (rule 2.2, step 1)."""
+        total = request.num_computed_tokens + num_hit_tokens + num_new_tokens
         if max_model_len is not None and total > max_model_len:
             total = max_model_len
         # Inlined allocate_up_to: this runs for every scheduled request of every step.
@@ -80,8 +82,17 @@ class KVCache:
         self.num_free_blocks += self._num_blocks.pop(request, 0)
 
     def lookup_prefix(self, request: Request) -> int:
-        """Tokens of the request's prompt already cached (prefix caching seam; 0 here)."""
+        """Tokens of the request's prompt already cached (0: see PrefixCachingKVCache)."""
         return 0
+
+    def blocks_to_admit(self, request: Request, total_tokens: int, num_hit_tokens: int) -> int:
+        """Free blocks that admitting the request with ``total_tokens`` would use."""
+        return self.blocks_needed(request, total_tokens)
+
+    def record_admission(self, request: Request, num_hit_tokens: int) -> None:
+        """Prefix-cache metrics as vLLM counts them at admission: queries = num_tokens, hits."""
+        self.num_queries_tokens += request.num_tokens
+        self.num_hit_tokens += num_hit_tokens
 
     def check_invariants(self) -> None:
         held = sum(self._num_blocks.values())

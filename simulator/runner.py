@@ -155,8 +155,9 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True) ->
     if scenario.metrics.record_itl_gaps:
         for r in requests:
             r.itl_gaps_s = []
-    schedulers = [run.scheduler_cls(run.options, KVCache(run.num_gpu_blocks, scenario.engine.block_size),
-                                    run.context) for _ in range(scenario.engine.num_replicas)]
+    schedulers = [run.scheduler_cls(run.options, run.scheduler_cls.make_kv_cache(
+        run.options, run.num_gpu_blocks, scenario.engine.block_size), run.context)
+        for _ in range(scenario.engine.num_replicas)]
     step_log = StepLog()
     sim = Simulation(requests, schedulers, prepared.cost_model, step_log,
                      max_concurrency=prepared.trace.max_concurrency, router=scenario.engine.router,
@@ -166,6 +167,11 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True) ->
     summary = summarize(requests, duration_s=None if not requests else result.end_s - _run_start(prepared),
                         percentiles=scenario.metrics.percentiles, goodput_slos_ms=goodput,
                         step_log=step_log, max_concurrency=prepared.trace.max_concurrency)
+    kvs = [s.kv for s in schedulers]
+    queries = sum(kv.num_queries_tokens for kv in kvs)
+    hits = sum(kv.num_hit_tokens for kv in kvs)
+    summary.update(prefix_cache_queries=queries, prefix_cache_hits=hits,
+                   prefix_cache_hit_rate=hits / queries if queries else 0.0)
     summary.update(scheduler=run.label, preset=run.options.preset, num_gpu_blocks=run.num_gpu_blocks,
                    max_num_seqs=run.options.max_num_seqs,
                    max_num_batched_tokens=run.options.max_num_batched_tokens,

@@ -1,7 +1,6 @@
 """Drive a scheduler by hand, one step at a time, for hand-worked cases."""
 from __future__ import annotations
 
-from simulator.kv_cache import KVCache
 from simulator.request import Request
 from simulator.schedulers.base import SchedulerContext
 from simulator.schedulers.registry import get_preset
@@ -12,7 +11,7 @@ def make_scheduler(preset: str, *, num_gpu_blocks: int = 1000, block_size: int =
     p = get_preset(preset)
     opts = p.cls.Options(preset=preset, **{**p.defaults, **options})
     cls = p.cls.resolve_class(opts)
-    return cls(opts, KVCache(num_gpu_blocks, block_size),
+    return cls(opts, cls.make_kv_cache(opts, num_gpu_blocks, block_size),
                SchedulerContext(max_model_len=max_model_len, block_size=block_size))
 
 

@@ -72,7 +72,7 @@ def test_long_prefill_threshold_caps_tokens_per_request():
 def test_fcfs_preempts_the_running_tail_and_keeps_outputs():
     # Rule 2.5 / trap 6: the victim is the last of `running`; outputs are kept, C=0, back to
     # the head of waiting; Phase B is skipped that step; the re-prefill covers P + outputs.
-    d = v1(num_gpu_blocks=5, max_num_batched_tokens=16)        # 4 usable blocks of 4 tokens
+    d = v1(num_gpu_blocks=5, max_num_batched_tokens=16, enable_prefix_caching=False)  # 4 blocks
     a, b = req(0, 4, 10), req(1, 4, 10)
     d.add(a, b)
     for _ in range(5):

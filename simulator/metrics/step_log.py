@@ -15,7 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-# Queue lengths are taken after scheduling, like vllm:num_requests_running/waiting (semantics 7).
+# Queue lengths are taken at the step's end (finished requests gone, arrivals during the step included), like vllm:num_requests_running/waiting (semantics 7).
 _COLUMNS: tuple[tuple[str, type], ...] = (
     ("start_s", np.float64),
     ("end_s", np.float64),

@@ -39,6 +39,10 @@ class Scheduler:
 
     # -- hooks a policy may override ---------------------------------------------------------
     @classmethod
+    def make_kv_cache(cls, options, num_gpu_blocks: int, block_size: int) -> KVCache:
+        return KVCache(num_gpu_blocks, block_size)
+
+    @classmethod
     def resolve_class(cls, options) -> type["Scheduler"]:
         """The class that implements these options (a preset may delegate to another policy)."""
         return cls

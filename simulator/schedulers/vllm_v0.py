@@ -34,6 +34,11 @@ class VllmV0Scheduler(Scheduler):
         if o.max_num_batched_tokens < o.max_num_seqs:
             raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
                                  f" must be >= max_num_seqs ({o.max_num_seqs})")
+        if not o.enable_chunked_prefill and o.max_num_batched_tokens < self.max_model_len:
+            # V0's SchedulerConfig refuses this at startup: a prompt (or a resumed prompt plus
+            # outputs) longer than the budget could never be scheduled.
+            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
+                                 f" must be >= max_model_len ({self.max_model_len}) with chunked prefill off")
 
     def max_request_tokens(self) -> int:
         # Prompts longer than min(max_model_len, max_num_batched_tokens) are ignored by V0.

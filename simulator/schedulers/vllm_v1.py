@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.batch import Batch
+from simulator.kv_cache import KVCache
+from simulator.prefix_cache import PrefixCachingKVCache
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler, SchedulerError
 from simulator.schedulers.options import Bool, Fraction, NonNegativeInt, SchedulerOptions, options_config
@@ -17,6 +19,7 @@ class VllmV1Options(SchedulerOptions):
     long_prefill_token_threshold: NonNegativeInt = 0
     reserve_full_isl: Bool = True        # newer V1 admission gate (rule 2.3); older V1: False
     watermark: Fraction = 0.0
+    enable_prefix_caching: Bool = True   # vLLM's default for generative models (rule 2.4)
 
 
 @register_scheduler("vllm_v1", description="vLLM V1: token budget over running (admission order) "
@@ -24,6 +27,12 @@ class VllmV1Options(SchedulerOptions):
 class VllmV1Scheduler(Scheduler):
     family = "chunked_prefill"
     Options = VllmV1Options
+
+    @classmethod
+    def make_kv_cache(cls, options, num_gpu_blocks: int, block_size: int) -> KVCache:
+        if options.enable_prefix_caching:
+            return PrefixCachingKVCache(num_gpu_blocks, block_size)
+        return KVCache(num_gpu_blocks, block_size)
 
     def check_config(self) -> None:  # [CFG] startup checks, rule 1.2
         o = self.options
@@ -49,6 +58,7 @@ class VllmV1Scheduler(Scheduler):
     def _schedule_running(self, batch: Batch, budget: int) -> int:
         running, kv, max_ctx, threshold = self.running, self.kv, self.max_model_len - 1, self._threshold
         held, block_size = kv._num_blocks, kv.block_size
+        hashing = self.options.enable_prefix_caching
         add_request, add_new, add_ctx = (batch.requests.append, batch.new_tokens.append,
                                          batch.context_tokens.append)
         i = 0
@@ -62,8 +72,9 @@ class VllmV1Scheduler(Scheduler):
             if n <= 0:
                 i += 1
                 continue
-            # Fast path: the request's blocks already cover C + n (most decode steps).
-            if computed + n > held.get(request, 0) * block_size:
+            # Fast path: the request's blocks already cover C + n (most decode steps) and no
+            # prefix cache needs to hash a block this step fills.
+            if hashing or computed + n > held.get(request, 0) * block_size:
                 while not kv.allocate(request, n):
                     victim = self._pick_victim()
                     budget += self._preempt_running(batch, victim)
@@ -85,6 +96,8 @@ class VllmV1Scheduler(Scheduler):
             return False  # not every running request is scheduled each step
         if not self.waiting or len(self.running) >= self.options.max_num_seqs or budget_left == 0:
             return True
+        if self.options.enable_prefix_caching:
+            return False  # hits can change as blocks are evicted: not worth proving stable
         return not self._head_admissible(budget_left)
 
     def _head_admissible(self, budget: int) -> bool:
@@ -124,10 +137,11 @@ class VllmV1Scheduler(Scheduler):
             n = min(n, budget)
             if not self._admission_fits(request, num_hit):
                 break
-            request.num_computed_tokens = num_hit
-            if not self.kv.allocate(request, n):
+            if not self.kv.allocate(request, n, num_hit_tokens=num_hit):
                 break  # waiting requests never preempt (rule 1.2 B7)
             self._pop_waiting(request)
+            self.kv.record_admission(request, num_hit)
+            request.num_computed_tokens = num_hit
             request.num_cached_tokens = num_hit
             self.admit(request, now_s)
             self.schedule_tokens(batch, request, n)
@@ -139,7 +153,7 @@ class VllmV1Scheduler(Scheduler):
         if not self.options.reserve_full_isl:
             return headroom == 0 or self.kv.num_free_blocks >= headroom
         total = min(request.num_tokens, self.max_model_len)
-        return self.kv.blocks_for(total - num_hit) + headroom <= self.kv.num_free_blocks
+        return self.kv.blocks_to_admit(request, total, num_hit) + headroom <= self.kv.num_free_blocks
 
     def _peek_waiting(self) -> Request:
         if self.options.scheduling_policy == "priority":

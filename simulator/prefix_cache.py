@@ -1,0 +1,145 @@
+"""vLLM V1 automatic prefix caching over the paged KV cache (semantics §2.1, §2.2, §2.4).
+
+Blocks have identities here: a free queue in LRU order (allocation pops the head, freeing appends
+to the tail, so the least recently freed block is evicted first), a reference count per block and
+the hash of every full block. A full block's hash chains its parent's hash with its tokens, so a
+hit means the whole prefix up to that block is identical. Generated tokens are not simulated as
+ids: their blocks get keys unique to the request, so only the request itself (after a
+preemption) can hit them.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from simulator.kv_cache import KVCache
+from simulator.request import Request, RequestStatus
+
+
+class PrefixCachingKVCache(KVCache):
+    def __init__(self, num_gpu_blocks: int, block_size: int, *, reserve_null_block: bool = True):
+        super().__init__(num_gpu_blocks, block_size, reserve_null_block=reserve_null_block)
+        n = self.num_total_blocks
+        self._ref = [0] * n
+        self._block_hash: list[int | None] = [None] * n
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(n))
+        self._by_hash: dict[int, int] = {}
+        self._blocks: dict[Request, list[int]] = {}
+        self._hashes: dict[Request, list[int]] = {}      # chain hashes of full blocks, computed lazily
+        self._registered: dict[Request, int] = {}        # how many of its blocks are hashed
+        self._hits: dict[Request, list[int]] = {}        # blocks found by the last lookup
+
+    # -- hashing ------------------------------------------------------------------------------
+    def _block_key(self, request: Request, index: int) -> tuple:
+        start, end = index * self.block_size, (index + 1) * self.block_size
+        ids = request.prompt_token_ids
+        if ids is not None and end <= len(ids):
+            return tuple(ids[start:end])
+        return ("request", request.request_id, index)   # generated or unknown tokens
+
+    def _hash_of(self, request: Request, index: int) -> int:
+        hashes = self._hashes.setdefault(request, [])
+        while len(hashes) <= index:
+            parent = hashes[-1] if hashes else None
+            hashes.append(hash((parent, self._block_key(request, len(hashes)))))
+        return hashes[index]
+
+    # -- lookup at admission (rule 2.4) ---------------------------------------------------------
+    def lookup_prefix(self, request: Request) -> int:
+        """Tokens of the longest cached prefix; at least the last token is always recomputed."""
+        hits = []
+        for index in range((request.num_tokens - 1) // self.block_size):
+            block = self._by_hash.get(self._hash_of(request, index))
+            if block is None:
+                break
+            hits.append(block)
+        self._hits[request] = hits
+        return len(hits) * self.block_size
+
+    def blocks_to_admit(self, request: Request, total_tokens: int, num_hit_tokens: int) -> int:
+        """Free blocks an admission uses: new blocks plus cached hits that sit in the free queue."""
+        hits = self._hits.get(request, []) if num_hit_tokens else []
+        idle_hits = sum(1 for b in hits if self._ref[b] == 0)
+        return max(0, self.blocks_for(total_tokens) - len(hits)) + idle_hits
+
+    # -- allocation ----------------------------------------------------------------------------
+    def allocate(self, request: Request, num_new_tokens: int, max_model_len: int | None = None,
+                 headroom_blocks: int = 0, num_hit_tokens: int = 0) -> bool:
+        total = request.num_computed_tokens + num_hit_tokens + num_new_tokens
+        if max_model_len is not None and total > max_model_len:
+            total = max_model_len
+        return self._grow(request, total, headroom_blocks, num_hit_tokens)
+
+    def allocate_up_to(self, request: Request, total_tokens: int, headroom_blocks: int = 0) -> bool:
+        return self._grow(request, total_tokens, headroom_blocks, 0)
+
+    def _grow(self, request: Request, total: int, headroom: int, num_hit_tokens: int) -> bool:
+        held = self._blocks.get(request)
+        hits = self._hits.pop(request, []) if num_hit_tokens and not held else []
+        num_have = (len(held) if held else 0) + len(hits)
+        num_new = self.blocks_for(total) - num_have
+        idle_hits = [b for b in hits if self._ref[b] == 0]
+        if max(num_new, 0) + len(idle_hits) + headroom > self.num_free_blocks:
+            if hits:
+                self._hits[request] = hits   # still valid for a retry in this step
+            return False
+        blocks = self._blocks.setdefault(request, [])
+        for b in hits:                       # touch: a free cached block leaves the free queue
+            if self._ref[b] == 0:
+                del self._free[b]
+            self._ref[b] += 1
+            blocks.append(b)
+        for _ in range(max(num_new, 0)):
+            blocks.append(self._pop_free())
+        if hits:
+            self._registered[request] = len(hits)
+        self._register_full_blocks(request, min(total, request.num_tokens))
+        self.num_free_blocks = len(self._free)
+        self._num_blocks[request] = len(blocks)
+        return True
+
+    def _pop_free(self) -> int:
+        block, _ = self._free.popitem(last=False)
+        old = self._block_hash[block]
+        if old is not None:                  # eviction: the cached content is overwritten
+            if self._by_hash.get(old) == block:
+                del self._by_hash[old]
+            self._block_hash[block] = None
+        self._ref[block] = 1
+        return block
+
+    def _register_full_blocks(self, request: Request, num_tokens: int) -> None:
+        """Hash blocks that are full once this step's tokens are computed (rule 2.2 step 5): at
+        schedule time, so a later request in the same step can hit them."""
+        blocks = self._blocks[request]
+        done = self._registered.get(request, 0)
+        full = min(num_tokens // self.block_size, len(blocks))
+        for index in range(done, full):
+            h = self._hash_of(request, index)
+            if h not in self._by_hash:
+                self._by_hash[h] = blocks[index]
+                self._block_hash[blocks[index]] = h
+        self._registered[request] = max(done, full)
+
+    def free(self, request: Request) -> None:
+        """Blocks go to the free queue's tail in reverse order (the prefix is evicted last);
+        they keep their hashes, so a quick resume or a sibling request can still hit them."""
+        blocks = self._blocks.pop(request, [])
+        for b in reversed(blocks):
+            self._ref[b] -= 1
+            if self._ref[b] == 0:
+                self._free[b] = None
+        self._num_blocks.pop(request, None)
+        self._registered.pop(request, None)
+        self._hits.pop(request, None)
+        if request.status is RequestStatus.FINISHED:
+            self._hashes.pop(request, None)
+        self.num_free_blocks = len(self._free)
+
+    def check_invariants(self) -> None:
+        held = {b for blocks in self._blocks.values() for b in blocks}
+        assert len(self._free) == self.num_free_blocks
+        assert held.isdisjoint(self._free), "a held block is in the free queue"
+        assert len(held) + len(self._free) == self.num_total_blocks
+        for b in range(self.num_total_blocks):
+            refs = sum(blocks.count(b) for blocks in self._blocks.values())
+            assert refs == self._ref[b], (b, refs, self._ref[b])
