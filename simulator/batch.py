@@ -12,7 +12,8 @@ from simulator.request import Request
 
 
 class Batch:
-    __slots__ = ("requests", "new_tokens", "context_tokens", "num_preempted", "num_padding_rows")
+    __slots__ = ("requests", "new_tokens", "context_tokens", "samples", "num_preempted",
+                 "num_padding_rows")
 
     def __init__(self) -> None:
         self.requests: list[Request] = []      # in the order the scheduler picked them
@@ -20,17 +21,24 @@ class Batch:
         # Context is captured at schedule time: schedulers advance num_computed_tokens as they
         # schedule (vLLM V1 does the same), so it cannot be read back afterwards.
         self.context_tokens: list[int] = []
+        # Whether each request samples a token at the end of this step (its last prefill chunk
+        # or a decode), decided at schedule time: with async scheduling, a later schedule()
+        # advances num_computed_tokens before this step's outputs are known.
+        self.samples: list[bool] = []
         self.num_preempted = 0                 # preemptions decided while forming this batch
         self.num_padding_rows = 0              # static (HF) batching: finished rows still computed
 
     def add(self, request: Request, num_tokens: int) -> None:
+        computed = request.num_computed_tokens
         self.requests.append(request)
         self.new_tokens.append(num_tokens)
-        self.context_tokens.append(request.num_computed_tokens)
+        self.context_tokens.append(computed)
+        self.samples.append(computed + num_tokens >= request.num_prompt_tokens
+                            + request.num_output_tokens + request.num_output_placeholders)
 
     def remove(self, request: Request) -> int:
         i = self.requests.index(request)
-        del self.requests[i], self.context_tokens[i]
+        del self.requests[i], self.context_tokens[i], self.samples[i]
         return self.new_tokens.pop(i)
 
     def __contains__(self, request: Request) -> bool:
@@ -54,9 +62,7 @@ class Batch:
         """The features a cost model needs; padded rows decode one discarded token."""
         new = np.array(self.new_tokens, dtype=np.int64)
         ctx = np.array(self.context_tokens, dtype=np.int64)
-        num_tokens = np.array([r.num_prompt_tokens + r.num_output_tokens for r in self.requests],
-                              dtype=np.int64)
-        samples = new + ctx >= num_tokens
+        samples = np.array(self.samples, dtype=bool)
         if self.num_padding_rows:
             pad = self.num_padding_rows
             pad_ctx = int(ctx.max()) if len(ctx) else 0

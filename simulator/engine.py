@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import math
+from collections import deque
 
 import simpy
 
 from cost_models.base import StepCostModel
+from simulator.batch import Batch
 from simulator.fast_forward import apply_decode_run, delay_reaching, plan_decode_run
 from simulator.progress import NoProgressError, ProgressWatchdog, diagnose_stall
 from simulator.request import Request
@@ -100,22 +102,31 @@ class Simulation:
     def serve(self, replica: Replica):
         env, scheduler, cost = self.env, replica.scheduler, self.cost_model
         watchdog = ProgressWatchdog()
-        unlogged_preemptions = 0
+        # Async scheduling keeps two batches in flight: step k+1 is formed while step k runs.
+        depth = 2 if scheduler.async_scheduling else 1
+        fast_forward = self.fast_forward and depth == 1
+        in_flight: deque[Batch] = deque()
+        carried_preemptions = 0
         while True:
-            start_s = env.now
-            batch = scheduler.schedule(start_s)
-            batch.num_preempted += unlogged_preemptions
-            unlogged_preemptions = 0
-            if not batch:
-                if batch.num_preempted:
+            while len(in_flight) < depth:
+                batch = scheduler.schedule(env.now)
+                batch.num_preempted += carried_preemptions
+                carried_preemptions = 0
+                if batch:
+                    in_flight.append(batch)
+                elif batch.num_preempted:
                     # Preemption emptied the batch (e.g. the only candidate preempted itself):
                     # vLLM schedules again at once; the state changed, so this is progress. The
                     # count goes into the next logged step so steps.csv adds up.
                     watchdog.observe(0, batch.num_preempted, scheduler)
-                    unlogged_preemptions = batch.num_preempted
-                    continue
+                    carried_preemptions = batch.num_preempted
+                else:
+                    break
+            if not in_flight:
                 yield from self._idle(replica)
                 continue
+            batch = in_flight.popleft()
+            start_s = env.now
             shape = batch.shape()
             yield env.timeout(cost.step_time_s(shape))
             finished = scheduler.on_step_end(batch, env.now)
@@ -128,7 +139,7 @@ class Simulation:
                 self._on_finished(finished)
             if self.on_step is not None:
                 self.on_step(replica, batch, shape)
-            if self.fast_forward:
+            if fast_forward:
                 yield from self._decode_run(scheduler, watchdog)
 
     def _decode_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog):

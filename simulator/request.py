@@ -23,6 +23,7 @@ class Request:
 
     num_computed_tokens: int = 0     # C: tokens whose KV is (or is being) computed
     num_output_tokens: int = 0
+    num_output_placeholders: int = 0  # async scheduling: tokens in flight, not yet sampled
     status: RequestStatus = RequestStatus.WAITING
     num_preemptions: int = 0
     scheduled_s: float | None = None      # first admission (queueing ends)
@@ -73,5 +74,6 @@ class Request:
     def reset_for_recompute(self) -> None:
         """Recompute preemption: KV is dropped, outputs are kept and re-prefilled on resume."""
         self.num_computed_tokens = 0
+        self.num_output_placeholders = 0
         self.status = RequestStatus.PREEMPTED
         self.num_preemptions += 1

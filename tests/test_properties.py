@@ -58,6 +58,8 @@ CONFIGS = {
     "vllm_v1_no_chunking": {"preset": "vllm_v1", "enable_chunked_prefill": False},
     "vllm_v1_priority": {"preset": "vllm_v1", "scheduling_policy": "priority"},
     "vllm_v1_older": {"preset": "vllm_v1", "reserve_full_isl": False},
+    "vllm_v1_async": {"preset": "vllm_v1", "async_scheduling": True},
+    "vllm_v1_no_prefix_cache": {"preset": "vllm_v1", "enable_prefix_caching": False},
 }
 BUDGETED = {"vllm_v0", "sarathi", "vllm_v1"}   # presets with a per-step token budget
 
@@ -156,8 +158,9 @@ class Probe:
         assert len(set(batch.requests)) == len(batch)                   # once per step
         for r, n, context in zip(batch.requests, batch.new_tokens, batch.context_tokens):
             assert r in running and r.arrival_s <= now_s and n >= 1
-            # C advanced at schedule time by n, never past the tokens the request has (rule 1.2).
-            assert context + n == r.num_computed_tokens <= r.num_tokens
+            # C advanced at schedule time by n, never past the tokens the request has (rule 1.2),
+            # counting async placeholders for tokens still in flight (§1.6).
+            assert context + n == r.num_computed_tokens <= r.num_tokens + r.num_output_placeholders
             # Slots for C + n (rule 2.2 step 1, trap 2), capped at max_model_len.
             assert self.s.kv.num_token_slots_of(r) >= min(r.num_computed_tokens, self.case.max_model_len)
         if not batch:

@@ -1,4 +1,7 @@
 """vLLM V0 (semantics §3) and Sarathi-Serve (§4) against hand-worked steps."""
+import pytest
+
+from simulator.schedulers.base import SchedulerError
 from tests.sched_helpers import Driver, make_scheduler, req
 
 
@@ -48,10 +51,14 @@ def test_v0_preempts_the_running_tail_by_recompute():
     assert (b.num_preemptions, b.num_output_tokens, d.s.waiting[0]) == (1, 5, b)
 
 
-def test_v0_max_request_tokens():
-    # §3: prompts longer than min(max_model_len, max_num_batched_tokens) are ignored.
-    assert make_scheduler("vllm_v0", max_num_batched_tokens=48, max_num_seqs=4,
-                          max_model_len=64).max_request_tokens() == 48
+def test_v0_budget_must_cover_max_model_len_with_chunking_off():
+    # §3: V0 ignores prompts longer than min(max_model_len, max_num_batched_tokens); its
+    # SchedulerConfig refuses a budget below max_model_len at startup, so with chunking off
+    # every prompt that fits the context fits the budget.
+    with pytest.raises(SchedulerError, match="must be >= max_model_len"):
+        make_scheduler("vllm_v0", max_num_batched_tokens=48, max_num_seqs=4, max_model_len=64)
+    s = make_scheduler("vllm_v0", max_num_batched_tokens=64, max_num_seqs=4, max_model_len=64)
+    assert s.max_request_tokens() == 64
 
 
 def sarathi(**kw):

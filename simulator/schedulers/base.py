@@ -27,6 +27,7 @@ class SchedulerError(ValueError):
 class Scheduler:
     family: ClassVar[str] = "base"
     Options: ClassVar[type]
+    async_scheduling = False   # True: the engine keeps two batches in flight (semantics §1.6)
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
@@ -115,10 +116,15 @@ class Scheduler:
         """Every request that caught up samples one token (rule 1.3.1); finished ones free KV."""
         finished = []
         max_model_len = self.max_model_len
-        for request in batch.requests:
-            num_tokens = request.num_prompt_tokens + request.num_output_tokens
-            if request.num_computed_tokens < num_tokens:
+        running = RequestStatus.RUNNING
+        for request, samples in zip(batch.requests, batch.samples):
+            if not samples:
                 continue  # a partial prefill chunk emits nothing (trap 1)
+            if request.num_output_placeholders:
+                request.num_output_placeholders -= 1
+            if request.status is not running:
+                continue  # preempted while this step was in flight: the token is discarded
+            num_tokens = request.num_prompt_tokens + request.num_output_tokens
             request.record_token(now_s)
             # rule 1.3.2 (ignore_eos): max_tokens reached, or the context is full.
             if (request.num_output_tokens >= request.max_output_tokens

@@ -20,6 +20,9 @@ class VllmV1Options(SchedulerOptions):
     reserve_full_isl: Bool = True        # newer V1 admission gate (rule 2.3); older V1: False
     watermark: Fraction = 0.0
     enable_prefix_caching: Bool = True   # vLLM's default for generative models (rule 2.4)
+    # Schedule step k+1 while step k runs (§1.6). vLLM turned it on by default in 0.12 (PR
+    # #27614); the CPU backend forces it off. None: off here unless the scenario asks for it.
+    async_scheduling: Bool | None = None
 
 
 @register_scheduler("vllm_v1", description="vLLM V1: token budget over running (admission order) "
@@ -37,6 +40,7 @@ class VllmV1Scheduler(Scheduler):
     def check_config(self) -> None:  # [CFG] startup checks, rule 1.2
         o = self.options
         self._threshold = o.long_prefill_token_threshold
+        self.async_scheduling = bool(o.async_scheduling)
         if o.max_num_batched_tokens < o.max_num_seqs:
             raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
                                  f" must be >= max_num_seqs ({o.max_num_seqs})")
@@ -53,19 +57,29 @@ class VllmV1Scheduler(Scheduler):
         budget = self._schedule_running(batch, self.options.max_num_batched_tokens)
         if batch.num_preempted == 0:  # Phase B is skipped in a step that preempted (trap 4)
             self._schedule_waiting(batch, budget, now_s)
+        if self.async_scheduling:  # tokens this step will sample count before they exist
+            for request, samples in zip(batch.requests, batch.samples):
+                if samples:
+                    request.num_output_placeholders += 1
         return batch
 
     def _schedule_running(self, batch: Batch, budget: int) -> int:
         running, kv, max_ctx, threshold = self.running, self.kv, self.max_model_len - 1, self._threshold
         held, block_size = kv._num_blocks, kv.block_size
         hashing = self.options.enable_prefix_caching
-        add_request, add_new, add_ctx = (batch.requests.append, batch.new_tokens.append,
-                                         batch.context_tokens.append)
+        add_request, add_new, add_ctx, add_samples = (
+            batch.requests.append, batch.new_tokens.append, batch.context_tokens.append,
+            batch.samples.append)
         i = 0
         while i < len(running) and budget > 0:
             request = running[i]
             computed = request.num_computed_tokens
-            n = request.num_prompt_tokens + request.num_output_tokens - computed
+            pending = request.num_output_placeholders
+            if pending and request.num_output_tokens + pending >= request.max_output_tokens:
+                i += 1
+                continue  # async: never schedule past max_tokens (§1.6)
+            target = request.num_prompt_tokens + request.num_output_tokens + pending
+            n = target - computed
             if 0 < threshold < n:
                 n = threshold
             n = min(n, budget, max_ctx - computed)
@@ -85,6 +99,7 @@ class VllmV1Scheduler(Scheduler):
             add_request(request)
             add_new(n)
             add_ctx(computed)
+            add_samples(computed + n >= target)
             request.num_computed_tokens = computed + n   # C advances at schedule time (§1.2)
             budget -= n
             i += 1
