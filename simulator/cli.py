@@ -15,7 +15,33 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_USER_ERROR)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """Commands that live in other modules are imported only when run: start-up time counts
+    when a simulation is used in loops, and `run` needs no plotting, fitting or torch."""
+
+    LAZY = {
+        "calibrate": "calibration.cli:calibrate",
+        "fit": "cost_models.cli:fit_command",
+        "profiles": "cost_models.cli:profiles_command",
+        "validate": "simulator.validate.command:validate",
+        "sweep": "simulator.sweep.command:sweep",
+        "compare": "simulator.compare:compare",
+        "plot": "simulator.plots.command:plot",
+        "timeline": "simulator.plots.command:timeline",
+    }
+
+    def list_commands(self, ctx):
+        return sorted({*super().list_commands(ctx), *self.LAZY})
+
+    def get_command(self, ctx, name):
+        if name in self.LAZY and name not in self.commands:
+            import importlib
+            module, _, attr = self.LAZY[name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="servesim")
 def main() -> None:
     """servesim: simulate LLM serving schedulers on your traffic."""
@@ -74,25 +100,6 @@ def schedulers() -> None:
         p = get_preset(name)
         click.echo(f"{name:<20}{p.cls.family:<16}{p.description.strip().splitlines()[0]}")
 
-
-def _attach_calibrate() -> None:
-    try:
-        from calibration.cli import calibrate
-    except ImportError:  # the harness is optional; its import needs nothing heavy
-        return
-    main.add_command(calibrate)
-
-
-_attach_calibrate()
-
-
-def _attach_cost_model_commands() -> None:
-    from cost_models.cli import fit_command, profiles_command
-    main.add_command(fit_command)
-    main.add_command(profiles_command)
-
-
-_attach_cost_model_commands()
 
 if __name__ == "__main__":
     main()

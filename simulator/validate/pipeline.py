@@ -1,0 +1,123 @@
+"""``servesim validate`` without the command line: load, rebuild, simulate, compare, write.
+
+Output folder: ``trace.jsonl`` and ``scenario.yaml`` (``servesim run OUT/scenario.yaml`` reruns the
+simulation), ``simulated/`` (requests.csv, steps.csv, summary.json), ``validation.json`` (the table
+and every choice made), ``latency_cdfs.png``, ``engine_series.png``; with ``--cost-model fit`` also
+``fitted_cost_model.json`` and ``iterations_run.csv`` (the steps it was fitted on).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from simulator.metrics.timeseries import EngineSeries
+from simulator.output import atomic_write, summary_json, write_results
+from simulator.runner import RunOutput, prepare, simulate
+from simulator.scenario import apply_overrides, validate_scenario
+from simulator.validate.compare import Row, RunLatencies, compare
+from simulator.validate.cost import CostChoice, choose_cost_model
+from simulator.validate.iteration_log import unlogged_step_time_s
+from simulator.validate.measured import MeasuredRun, load_measured
+from simulator.validate.rebuild import (TRACE_FILE, RebuildOptions, arrivals_note, rebuild_scenario,
+                                        resolve_hardware, resolve_model, write_trace)
+
+VALIDATION_JSON, SCENARIO_YAML, SIMULATED_DIR = "validation.json", "scenario.yaml", "simulated"
+
+
+@dataclass(frozen=True)
+class ValidateRequest:
+    run: Path                            # a run folder or a bench JSON file
+    cost_model: str                      # profile name, model file, 'roofline' or 'fit'
+    out_dir: Path
+    iteration_log: Path | None = None
+    engine_args: dict | None = None      # for a bench file (default: the vllm-cpu tool's)
+    model: str | None = None
+    hardware: str | None = None
+    num_gpu_blocks: int | None = None
+    gpu_memory_utilization: float | None = None
+    async_scheduling: str = "auto"
+    step_overhead_ms: str | None = None  # a number of ms or 'auto'
+    arrivals: str = "replay"
+    fit_scope: str = "run"
+    overrides: tuple[str, ...] = ()
+    plots: bool = True
+
+
+@dataclass
+class Validation:
+    measured: MeasuredRun
+    cost: CostChoice
+    scenario: dict
+    output: RunOutput
+    rows: list[Row]
+    notes: list[str]
+    files: list[Path] = field(default_factory=list)
+
+
+def run_validation(request: ValidateRequest) -> Validation:
+    out_dir = request.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    measured = load_measured(request.run, request.iteration_log, request.engine_args)
+    model = resolve_model(measured, request.model)
+    cost = choose_cost_model(request.cost_model, measured, out_dir, model, request.step_overhead_ms,
+                             request.fit_scope)
+    options = RebuildOptions(cost.block, resolve_hardware(measured, request.hardware, cost.hardware), model,
+                             request.num_gpu_blocks, request.gpu_memory_utilization,
+                             request.async_scheduling, request.arrivals)
+    trace = write_trace(measured, out_dir / TRACE_FILE, request.arrivals).resolve()
+    raw, notes = rebuild_scenario(measured, options, trace)
+    raw = apply_overrides(raw, request.overrides)
+    prepared = prepare(validate_scenario(raw))
+    output = simulate(prepared, prepared.runs[0])
+    notes = list(measured.notes) + [arrivals_note(measured, request.arrivals)] + notes + cost.notes \
+        + _gap_note(measured)
+    if "num_gpu_blocks" not in raw["engine"]:
+        notes.append(f"KV cache: {output.num_gpu_blocks} blocks derived from GPU memory at "
+                     f"gpu_memory_utilization {prepared.scenario.engine.gpu_memory_utilization} "
+                     f"(the run did not record its block count)")
+    rows = compare(RunLatencies.of_measured(measured), RunLatencies.of_requests(output.result.requests))
+    validation = Validation(measured, cost, raw, output, rows, notes)
+    _write(validation, out_dir, request.plots)
+    return validation
+
+
+def _gap_note(measured: MeasuredRun) -> list[str]:
+    if measured.steps is None or measured.itls_s is None:
+        return []
+    gap_s = unlogged_step_time_s(measured.steps, measured.itls_s)
+    if gap_s is None:
+        return []
+    mean_ms = float(measured.steps.elapsed_s.mean() * 1e3)
+    return [f"iteration log: logged step time {mean_ms:.2f} ms on average; clients saw {gap_s * 1e3:.2f} ms "
+            f"more per decode step (schedule(), output processing, streaming: not in elapsed_ms)"]
+
+
+def _write(v: Validation, out_dir: Path, plots: bool) -> None:
+    result = v.output.result
+    v.files.append(write_results(out_dir / SIMULATED_DIR, result.requests, result.step_log, v.output.summary))
+    scenario = dict(v.scenario, workload={**v.scenario["workload"],
+                                          "arrival": {"kind": "trace", "path": TRACE_FILE}})
+    atomic_write(out_dir / SCENARIO_YAML, lambda f: yaml.safe_dump(scenario, f, sort_keys=False))
+    atomic_write(out_dir / VALIDATION_JSON, lambda f: f.write(summary_json(_report(v))))
+    v.files += [out_dir / SCENARIO_YAML, out_dir / VALIDATION_JSON]
+    if plots:
+        from simulator.validate.plots import plot_engine_series, plot_latency_cdfs
+        title = v.measured.name
+        simulated = RunLatencies.of_requests(result.requests)
+        measured = RunLatencies.of_measured(v.measured)
+        v.files += plot_latency_cdfs(measured, simulated, out_dir / "latency_cdfs", title)
+        v.files += plot_engine_series(v.measured.series, EngineSeries.from_step_log(result.step_log),
+                                      out_dir / "engine_series", title)
+
+
+def _report(v: Validation) -> dict:
+    m = v.measured
+    return {"run": {"name": m.name, "source": m.source, "num_requests": len(m),
+                    "engine_args": m.engine_args, "max_concurrency": m.max_concurrency,
+                    "request_rate": m.request_rate},
+            "cost_model": {"description": v.cost.description, **v.cost.block},
+            "scenario": v.scenario, "notes": v.notes,
+            "table": [row.to_json() for row in v.rows],
+            "simulated_summary": v.output.summary}
