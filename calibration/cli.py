@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from calibration.grid import preflight_grid
+from calibration.grid import GRIDS, named_grid, preflight_grid
 from calibration.options import CUDA_GRAPH_MODES, DEVICES, DTYPES, CalibrationOptions
 
 
@@ -22,7 +22,10 @@ from calibration.options import CUDA_GRAPH_MODES, DEVICES, DTYPES, CalibrationOp
               help="Default: bf16 on cuda, fp32 on cpu.")
 @click.option("--tp", type=int, default=1, show_default=True,
               help=">1: time one rank's shard on this device (all-reduce not included).")
-@click.option("--quick", is_flag=True, help="Small grid (about a minute on CPU with tiny-llama).")
+@click.option("--grid", "grid_name", type=click.Choice(GRIDS), default=None,
+              help="Shapes to time: full (the H200 reference grid, the default), quick (about a "
+                   "minute on CPU with tiny-llama), cpu (the vLLM-CPU runs' shapes).")
+@click.option("--quick", is_flag=True, help="Same as --grid quick.")
 @click.option("--preflight", is_flag=True, help="Only the full grid's smallest and largest shapes "
               "of each kind: a quick check of memory and CUDA-graph capture.")
 @click.option("--cuda-graph", "cuda_graph", type=click.Choice(CUDA_GRAPH_MODES), default="off",
@@ -37,18 +40,23 @@ from calibration.options import CUDA_GRAPH_MODES, DEVICES, DTYPES, CalibrationOp
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False,
               path_type=Path), help="Folder for timings.csv and meta.json.")
-def calibrate(model: str, device: str, dtype: str | None, tp: int, quick: bool, preflight: bool,
-              cuda_graph: str, repeats: int, warmup: int, time_budget_s: float | None,
-              kv_budget_gb: float | None, seed: int, out_dir: Path) -> None:
+def calibrate(model: str, device: str, dtype: str | None, tp: int, grid_name: str | None,
+              quick: bool, preflight: bool, cuda_graph: str, repeats: int, warmup: int,
+              time_budget_s: float | None, kv_budget_gb: float | None, seed: int,
+              out_dir: Path) -> None:
     """Time real forward passes of a random-weight Llama-style decoder over a grid of shapes."""
     kv_budget = None if kv_budget_gb is None else int(kv_budget_gb * (1 << 30))
-    if quick and preflight:
-        raise click.UsageError("--quick and --preflight choose different grids; give one")
+    if quick and grid_name not in (None, "quick"):
+        raise click.UsageError(f"--quick and --grid {grid_name} choose different grids; give one")
+    if preflight and (quick or grid_name is not None):
+        raise click.UsageError("--preflight and --quick/--grid choose different grids; give one")
+    quick = quick or grid_name == "quick"
+    grid = preflight_grid() if preflight else named_grid(grid_name) if grid_name == "cpu" else None
     try:
         options = CalibrationOptions(
             model=model, out_dir=out_dir, device=device, dtype=dtype, tp=tp, quick=quick,
             cuda_graph=cuda_graph, repeats=repeats, warmup=warmup, time_budget_s=time_budget_s,
-            kv_budget_bytes=kv_budget, seed=seed, grid=preflight_grid() if preflight else None)
+            kv_budget_bytes=kv_budget, seed=seed, grid=grid)
         from calibration.harness import run_calibration  # torch is needed from here on
         # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so meta.json records how far the run got.
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

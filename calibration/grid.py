@@ -20,14 +20,29 @@ FULL_MIXED_CHUNKS = (256, 1024, 2048)
 FULL_MIXED_DECODES = (8, 32, 128)
 FULL_MIXED_DECODE_CONTEXT = 1024
 
-# Small enough that a tiny model on two CPU cores times the whole grid in seconds.
-QUICK_DECODE_BATCHES = (1, 8, 32)
+# Small enough that a tiny model on two CPU cores times the whole grid in well under a minute, yet
+# 26 shapes: after holding out every 5th there are still the 20 distinct shapes a parametric fit of
+# its 10 terms needs (cost_models/fit/parametric_fit.py), and each family keeps a held-out shape.
+QUICK_DECODE_BATCHES = (1, 2, 4, 8, 16, 32)
 QUICK_DECODE_CONTEXTS = (128, 512)
-QUICK_PREFILL_CHUNKS = (16, 64, 256)
+QUICK_PREFILL_CHUNKS = (16, 32, 64, 128, 256)
 QUICK_PREFILL_CONTEXTS = (0, 256)
-QUICK_MIXED_CHUNKS = (64,)
+QUICK_MIXED_CHUNKS = (32, 64)
 QUICK_MIXED_DECODES = (4, 16)
 QUICK_MIXED_DECODE_CONTEXT = 256
+
+# The limits of the vLLM-CPU reference runs (../shared/reference/vllm-cpu: max_num_seqs 32,
+# max_num_batched_tokens 2048): sized for tiny-llama on one CPU core, 2.5 minutes with 3
+# repetitions after 1 warm-up on a shared 2-core machine.
+CPU_DECODE_BATCHES = (1, 2, 4, 8, 16, 32)
+CPU_DECODE_CONTEXTS = (128, 256, 512, 1024, 2048)
+CPU_PREFILL_CHUNKS = (16, 64, 128, 256, 512, 1024, 2048)
+CPU_PREFILL_CONTEXTS = (0, 1024)
+CPU_MIXED_CHUNKS = (256, 1024)
+CPU_MIXED_DECODES = (4, 16)
+CPU_MIXED_DECODE_CONTEXT = 1024
+
+GRIDS = ("full", "quick", "cpu")
 
 KINDS = ("decode", "prefill", "mixed")
 
@@ -130,6 +145,21 @@ def quick_grid() -> tuple[StepShape, ...]:
                  + prefill_shapes(QUICK_PREFILL_CHUNKS, QUICK_PREFILL_CONTEXTS)
                  + mixed_shapes(QUICK_MIXED_CHUNKS, QUICK_MIXED_DECODES,
                                 QUICK_MIXED_DECODE_CONTEXT))
+
+
+def cpu_grid() -> tuple[StepShape, ...]:
+    """30 decode, 14 prefill and 4 mixed shapes within the vLLM-CPU runs' limits."""
+    return tuple(decode_shapes(CPU_DECODE_BATCHES, CPU_DECODE_CONTEXTS)
+                 + prefill_shapes(CPU_PREFILL_CHUNKS, CPU_PREFILL_CONTEXTS)
+                 + mixed_shapes(CPU_MIXED_CHUNKS, CPU_MIXED_DECODES, CPU_MIXED_DECODE_CONTEXT))
+
+
+def named_grid(name: str) -> tuple[StepShape, ...]:
+    """The grid called ``name`` (one of GRIDS)."""
+    grids = {"full": full_grid, "quick": quick_grid, "cpu": cpu_grid}
+    if name not in grids:
+        raise ValueError(f"grid: {name!r} is not one of {', '.join(GRIDS)}")
+    return grids[name]()
 
 
 def preflight_grid() -> tuple[StepShape, ...]:

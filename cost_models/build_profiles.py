@@ -1,4 +1,5 @@
-"""Regenerate every shipped cost model file in cost_models/profiles/ from ../shared/reference.
+"""Regenerate every shipped cost model file in cost_models/profiles/ from ../shared/reference
+and from our own harness runs in calibration/data/.
 
     python -m cost_models.build_profiles [REFERENCE_DIR]
 
@@ -13,7 +14,9 @@ from pathlib import Path
 from cost_models.fit.run import FitRequest, run_fit, write_outputs
 from cost_models.profiles import PROFILES_DIR
 
-DEFAULT_REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_REFERENCE = REPO / ".." / "shared" / "reference"
+HARNESS_DATA = REPO / "calibration" / "data"
 _LSS = "llmservingsim/profiles"
 _VIDUR = "vidur-profiles"
 
@@ -39,6 +42,9 @@ def requests(ref: Path) -> list[FitRequest]:
                                    name=f"h200-{model}-{mode}"))
     jobs.append(FitRequest(ref / "vllm-cpu" / "run2_closed_loop_iterations.csv", from_vllm_log=True,
                            model="tiny-llama", hardware="cpu", name="cpu-tiny-llama-vllm"))
+    # Our own measurements (python -m calibration --grid cpu; see calibration/data/cpu-tiny-llama/).
+    jobs.append(FitRequest(HARNESS_DATA / "cpu-tiny-llama", model="tiny-llama", mode="eager", hardware="cpu",
+                           name="cpu-tiny-llama-harness"))
     return jobs
 
 
@@ -55,11 +61,13 @@ def main(argv: list[str]) -> None:
 
 
 def _relative(path: str, ref: Path) -> str:
-    """Record sources as ../shared/reference/... whatever folder the build ran from."""
-    try:
-        return str(Path("../shared/reference") / Path(path).resolve().relative_to(ref.resolve()))
-    except ValueError:
-        return path
+    """Record sources as ../shared/reference/... or as repository paths, whatever folder the
+    build ran from."""
+    resolved = Path(path).resolve()
+    for base, shown in ((ref.resolve(), Path("../shared/reference")), (REPO, Path("."))):
+        if resolved.is_relative_to(base):
+            return str(shown / resolved.relative_to(base))
+    return path
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from cost_models.importers.forms import Source
 from cost_models.parametric import TERMS, ParametricCostModel
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
-TRUE = dict(zip(TERMS, (2e-3, 1e-5, 2e-6, 3e-8, 5e-6, 2e-9, 1e-7, 1e-4, 5e-6)))
+TRUE = dict(zip(TERMS, (2e-3, 1e-5, 2e-6, 3e-8, 5e-6, 2e-9, 1e-7, 1e-4, 5e-6, 3e-4), strict=True))
 TRUE_KNEE = 64.0
 
 
@@ -78,13 +78,24 @@ def test_h200_llama_2_7b_has_decode_only_cuda_graph_and_all_families_eager():
     assert set(eager.holdout_errors) == {"prefill", "decode", "mixed", "all"}
 
 
-def _noise_floor(timings: StepTimings, mask: np.ndarray) -> float:
-    """MAPE of the best shape-only predictor: each step against the median of its shape group."""
+def _best_possible_mape(timings: StepTimings, mask: np.ndarray) -> float:
+    """The lowest per-step MAPE ANY step-cost model can reach on the masked steps.
+
+    A model sees only the BatchShape, so steps with the same shape get the same prediction; the
+    prediction minimising mean |p / t - 1| over a group is the median of its times weighted by
+    1 / t. Fitted on the very steps it is scored on, this is a lower bound, not an estimate.
+    """
     groups: dict = {}
     for i in np.nonzero(mask)[0]:
         s = timings.shapes[i]
-        groups.setdefault((s.num_prefill_tokens // 64, s.num_decode_seqs), []).append(timings.time_s[i])
-    return float(np.mean([abs(t / np.median(v) - 1) for v in groups.values() for t in v]) * 100)
+        groups.setdefault((tuple(s.new_tokens), tuple(s.context_tokens)), []).append(timings.time_s[i])
+    errors = []
+    for times in groups.values():
+        t = np.sort(times)
+        cumulative = np.cumsum(1 / t)
+        best = t[np.searchsorted(cumulative, cumulative[-1] / 2)]
+        errors += list(np.abs(best / t - 1))
+    return float(np.mean(errors) * 100)
 
 
 def _group_mape(timings: StepTimings, predicted: np.ndarray, mask: np.ndarray) -> float:
@@ -104,29 +115,47 @@ def _cpu_log(name: str) -> StepTimings:
     return read_vllm_log(path)
 
 
-def test_vllm_cpu_log_predicts_held_out_steps_within_10_percent():
-    """Per-step MAPE is bounded by the shared CPU's own noise (printed as the floor); the model's
-    error over shape groups, which that noise averages out of, is asserted within 10%."""
-    for name in ("run2_closed_loop_iterations.csv", "run2_poisson_iterations.csv"):
-        timings = _cpu_log(name)
-        fit = fit_parametric(timings, holdout_every=5)
-        floor = _noise_floor(timings, fit.held_out)
-        grouped = _group_mape(timings, fit.predicted_s, fit.held_out)
-        per_step = fit.holdout_errors["all"]["mape_pct"]
-        print(f"{name}: held-out per-step MAPE {per_step:.1f}% (noise floor {floor:.1f}%), "
-              f"group-median MAPE {grouped:.1f}%; overhead {fit.model.coefficients['step_overhead_s'] * 1e3:.1f} ms")
-        assert grouped <= 10.0
-        assert per_step <= floor + 3.0
+# Held-out per-step MAPE of the parametric fit (every 5th step held out), and the bound below it.
+CPU_LOG_BOUNDS = {"run2_closed_loop_iterations.csv": 12.5, "run2_poisson_iterations.csv": 11.0}
+
+
+@pytest.mark.parametrize("name", sorted(CPU_LOG_BOUNDS))
+def test_vllm_cpu_log_predicts_held_out_steps_as_well_as_the_log_allows(name):
+    """The issue asks for <= 10% per step; on the closed-loop log no step-cost model gets there.
+
+    The CPU was shared while vLLM ran: one decode of one sequence took 16 to 52 ms (median 29 ms)
+    with the same batch shape, drifting over minutes (lag-1 autocorrelation 0.75), and such steps
+    are 60% of the closed-loop log. Giving every distinct batch shape its MAPE-optimal time,
+    chosen on the held-out steps themselves, still leaves 12.2% there: the floor, printed. (On the
+    Poisson log the same bound is 9.9%, but loose: many of its shapes occur once, and a shape seen
+    once gets its own time.) Decode contexts rebuilt from request ages instead of the KV usage
+    change nothing (the fit puts no weight on decode context over these 256-384 token contexts).
+    Measured: 12.3% and 10.6% (14.1% and 10.8% before the sqrt(sequences) term), within a point
+    of the floor, and within 10% on shape-group medians, where the noise averages out.
+    """
+    timings = _cpu_log(name)
+    fit = fit_parametric(timings, holdout_every=5)
+    floor = _best_possible_mape(timings, fit.held_out)
+    grouped = _group_mape(timings, fit.predicted_s, fit.held_out)
+    per_step = fit.holdout_errors["all"]["mape_pct"]
+    print(f"{name}: held-out per-step MAPE {per_step:.2f}% (best possible {floor:.2f}%), "
+          f"group-median MAPE {grouped:.1f}%")
+    assert floor <= per_step <= min(floor + 1.0, CPU_LOG_BOUNDS[name])
+    assert grouped <= 10.0
 
 
 def test_vllm_cpu_fit_on_closed_loop_predicts_the_poisson_log():
+    """Another run's log (other arrivals, other load on the shared CPU): 11.7% per step against a
+    10.2% floor (11.4% before the sqrt(sequences) term, which fits the closed loop's own steps)."""
     closed, poisson = _cpu_log("run2_closed_loop_iterations.csv"), _cpu_log("run2_poisson_iterations.csv")
     model = fit_parametric(closed, holdout_every=0).model
     predicted = np.array([model.step_time_s(s) for s in poisson.shapes])
     every = np.ones(len(predicted), bool)
     per_step = float(np.mean(np.abs(predicted / poisson.time_s - 1)) * 100)
-    grouped, floor = _group_mape(poisson, predicted, every), _noise_floor(poisson, every)
-    print(f"closed loop -> poisson: per-step MAPE {per_step:.1f}% (noise floor {floor:.1f}%), group-median {grouped:.1f}%")
+    grouped, floor = _group_mape(poisson, predicted, every), _best_possible_mape(poisson, every)
+    print(f"closed loop -> poisson: per-step MAPE {per_step:.2f}% (best possible {floor:.2f}%), "
+          f"group-median {grouped:.1f}%")
+    assert per_step <= 12.5
     assert grouped <= 10.0
 
 
@@ -138,7 +167,7 @@ def test_vllm_cpu_fit_on_closed_loop_predicts_the_poisson_log():
     ("model,kind,chunk,prefill_ctx,n_decode,decode_ctx,tokens,mode,rep,time_ms\nm,decode,0,0,1,8,1,eager,0,nan\n",
      "column time_ms: 'nan' is not a positive finite number"),
     ("model,kind,chunk,prefill_ctx,n_decode,decode_ctx,tokens,mode,rep,time_ms\nm,decode,0,0,1,8,1,eager,0,1.5\n",
-     "only 1 distinct batch shapes to fit on; a fit needs at least 18"),
+     "only 1 distinct batch shapes to fit on; a fit needs at least 20"),
     ("model,kind,chunk,n_decode,decode_ctx,tokens,mode,time_ms\nm,decode,0,1,8,1,eager,1\n",
      "missing column(s) prefill_ctx"),
 ])

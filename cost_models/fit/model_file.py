@@ -31,7 +31,8 @@ TERM_DOCS = {
     "decode_ctx_s_per_token": "x sum of decode contexts: KV cache reads",
     "decode_s_per_seq": "x decodes", "prefill_pair_s": "x causal attention pairs of the prefills",
     "prefill_ctx_s_per_token": "x cached context of the prefills", "prefill_s_per_seq": "x prefill chunks",
-    "sample_s_per_seq": "x sampled rows: lm_head, logits, sampler"}
+    "sample_s_per_seq": "x sampled rows: lm_head, logits, sampler",
+    "seq_sqrt_s": "x sqrt(sequences): per-sequence work whose cost per sequence falls as the batch grows"}
 
 
 def sig4(values):
