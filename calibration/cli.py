@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from calibration.grid import GRIDS, named_grid, preflight_grid
-from calibration.options import CUDA_GRAPH_MODES, DEVICES, DTYPES, CalibrationOptions
+from calibration.options import CUDA_GRAPH_MODES, DEVICES, DTYPES, NORMS, CalibrationOptions
 
 
 @click.command("calibrate")
@@ -38,11 +38,13 @@ from calibration.options import CUDA_GRAPH_MODES, DEVICES, DTYPES, CalibrationOp
               help="Memory for the KV pool (default: free device memory less a reserve; "
                    "1 GiB on cpu).")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--norm", type=click.Choice(NORMS), default="fused", show_default=True,
+              help="RMSNorm as one fused kernel or as the plain-PyTorch chain of small kernels.")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False,
               path_type=Path), help="Folder for timings.csv and meta.json.")
 def calibrate(model: str, device: str, dtype: str | None, tp: int, grid_name: str | None,
               quick: bool, preflight: bool, cuda_graph: str, repeats: int, warmup: int,
-              time_budget_s: float | None, kv_budget_gb: float | None, seed: int,
+              time_budget_s: float | None, kv_budget_gb: float | None, seed: int, norm: str,
               out_dir: Path) -> None:
     """Time real forward passes of a random-weight Llama-style decoder over a grid of shapes."""
     kv_budget = None if kv_budget_gb is None else int(kv_budget_gb * (1 << 30))
@@ -56,7 +58,7 @@ def calibrate(model: str, device: str, dtype: str | None, tp: int, grid_name: st
         options = CalibrationOptions(
             model=model, out_dir=out_dir, device=device, dtype=dtype, tp=tp, quick=quick,
             cuda_graph=cuda_graph, repeats=repeats, warmup=warmup, time_budget_s=time_budget_s,
-            kv_budget_bytes=kv_budget, seed=seed, grid=grid)
+            kv_budget_bytes=kv_budget, seed=seed, grid=grid, norm=norm)
         from calibration.harness import run_calibration  # torch is needed from here on
         # SIGTERM (e.g. `timeout`) unwinds like Ctrl-C, so meta.json records how far the run got.
         signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

@@ -79,8 +79,9 @@ class StepInputs:
 
 class Decoder:
     def __init__(self, shapes: RankShapes, dtype: torch.dtype, device: torch.device,
-                 max_positions: int, seed: int = 0):
+                 max_positions: int, seed: int = 0, norm: str = "fused"):
         self.shapes, self.dtype, self.device = shapes, dtype, device
+        self._norm = _rms_norm if norm == "fused" else _rms_norm_unfused
         self._gen = torch.Generator(device=device).manual_seed(seed)
         s = shapes
         self.embed = self._param(s.vocab_size, s.hidden_size, std=1.0)
@@ -134,22 +135,22 @@ class Decoder:
         sin = self.sin[step.positions].unsqueeze(1)
         for w, (k_cache, v_cache) in zip(self.layers, step.layer_caches):
             x = self._layer(x, w, cos, sin, step.plans, k_cache, v_cache)
-        h = _rms_norm(x[step.sample_index], self.final_norm)
+        h = self._norm(x[step.sample_index], self.final_norm)
         probs = torch.softmax(F.linear(h, self.lm_head).float(), dim=-1)
         return torch.multinomial(probs, 1)
 
     def _layer(self, x, w, cos, sin, plans, k_cache, v_cache) -> torch.Tensor:
         s, num_tokens = self.shapes, x.shape[0]
-        qkv = F.linear(_rms_norm(x, w["input_norm"]), w["qkv"])
+        qkv = F.linear(self._norm(x, w["input_norm"]), w["qkv"])
         q, k, v = qkv.split([s.q_size, s.kv_size, s.kv_size], dim=-1)
         q = q.view(num_tokens, s.num_heads, s.head_dim)
         k = k.view(num_tokens, s.num_kv_heads, s.head_dim)
         if s.qk_norm:
-            q, k = _rms_norm(q, w["q_norm"]), _rms_norm(k, w["k_norm"])
+            q, k = self._norm(q, w["q_norm"]), self._norm(k, w["k_norm"])
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         v = v.view(num_tokens, s.num_kv_heads, s.head_dim)
         x = x + F.linear(attend(q, k, v, plans, k_cache, v_cache), w["o"])
-        h = _rms_norm(x, w["post_norm"])
+        h = self._norm(x, w["post_norm"])
         return x + self._mlp(h, w)
 
     def _mlp(self, h: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -163,6 +164,12 @@ class Decoder:
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     return F.rms_norm(x, (x.shape[-1],), weight, RMS_EPS)
+
+
+def _rms_norm_unfused(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + RMS_EPS)
+    return weight * xf.to(x.dtype)
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -41,7 +41,8 @@ def run_calibration(options: CalibrationOptions) -> Path:
     grid = options.grid or build_grid(options.quick)
     dtype = TORCH_DTYPES[options.resolved_dtype]
     with torch.inference_mode():
-        decoder = Decoder(rank, dtype, device, max(s.max_position for s in grid), options.seed)
+        decoder = Decoder(rank, dtype, device, max(s.max_position for s in grid), options.seed,
+                          norm=options.norm)
         plan = _plan_kv(options, rank, grid, dtype, device)
         pool = KvPool(plan, rank.num_kv_heads, rank.head_dim, dtype, device)
         meta = base_meta(options, spec, rank, device, grid, plan)

@@ -9,6 +9,7 @@ from calibration.grid import StepShape
 DEVICES = ("cuda", "cpu")
 DTYPES = ("bf16", "fp16", "fp32")
 CUDA_GRAPH_MODES = ("off", "decode", "all")
+NORMS = ("fused", "unfused")
 
 
 @dataclass(frozen=True)
@@ -27,12 +28,16 @@ class CalibrationOptions:
     kv_budget_bytes: int | None = None
     seed: int = 0
     grid: tuple[StepShape, ...] | None = None   # None: the quick or full grid
+    # fused: torch's rms_norm; unfused: the textbook fp32 upcast/pow/mean/rsqrt/mul chain (as in
+    # HF transformers' LlamaRMSNorm): more, smaller kernels per layer, like plain-PyTorch engines.
+    norm: str = "fused"
 
     def __post_init__(self) -> None:
         _one_of("device", self.device, DEVICES)
         if self.dtype is not None:
             _one_of("dtype", self.dtype, DTYPES)
         _one_of("cuda_graph", self.cuda_graph, CUDA_GRAPH_MODES)
+        _one_of("norm", self.norm, NORMS)
         if self.cuda_graph != "off" and self.device != "cuda":
             raise ValueError(f"cuda_graph: {self.cuda_graph!r} needs device 'cuda', "
                              f"not {self.device!r}; use 'off'")

@@ -45,6 +45,11 @@ def requests(ref: Path) -> list[FitRequest]:
     # Our own measurements (python -m calibration --grid cpu; see calibration/data/cpu-tiny-llama/).
     jobs.append(FitRequest(HARNESS_DATA / "cpu-tiny-llama", model="tiny-llama", mode="eager", hardware="cpu",
                            name="cpu-tiny-llama-harness"))
+    # Our harness on one H200 (calibration/gpu_capture.sh; see calibration/data/h200/README.md).
+    for model in ("llama-3.1-8b", "qwen3-8b"):
+        for mode in ("cuda_graph", "eager"):
+            jobs.append(FitRequest(HARNESS_DATA / "h200" / model, model=model, mode=mode, hardware="h200",
+                                   name=f"h200-harness-{model}-{mode}"))
     return jobs
 
 
