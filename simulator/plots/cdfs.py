@@ -41,6 +41,11 @@ def _finite(x: np.ndarray) -> np.ndarray:
 
 def plot_latency_cdfs(samples: Sequence[LatencySamples], base: Path, title: str,
                       slos_ms: dict[str, float] | None = None) -> list[Path]:
+    return save_figure(latency_cdfs_figure(samples, title, slos_ms), base)
+
+
+def latency_cdfs_figure(samples: Sequence[LatencySamples], title: str,
+                        slos_ms: dict[str, float] | None = None):
     plt = pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for ax, (field, xlabel, slo_name) in zip(axes, PANELS):
@@ -57,4 +62,4 @@ def plot_latency_cdfs(samples: Sequence[LatencySamples], base: Path, title: str,
         ax.legend(fontsize=8)
     fig.suptitle(f"{title}: latency CDFs per scheduler")
     fig.tight_layout()
-    return save_figure(fig, base)
+    return fig

@@ -16,6 +16,10 @@ MAX_POINTS = 20_000   # per line: more is invisible and bloats the SVG
 
 def plot_engine_timeseries(traces: Sequence[tuple[str, dict[str, np.ndarray]]], base: Path,
                            title: str) -> list[Path]:
+    return save_figure(engine_timeseries_figure(traces, title), base)
+
+
+def engine_timeseries_figure(traces: Sequence[tuple[str, dict[str, np.ndarray]]], title: str):
     """``traces``: (scheduler label, steps.csv columns). One line per scheduler per panel."""
     plt = pyplot()
     fig, axes = plt.subplots(len(PANELS), 1, figsize=(12, 9), sharex=True)
@@ -33,7 +37,7 @@ def plot_engine_timeseries(traces: Sequence[tuple[str, dict[str, np.ndarray]]], 
     axes[-1].set_xlabel("time (s)")
     fig.suptitle(f"{title}: engine state over time (x: a step that preempted)")
     fig.tight_layout()
-    return save_figure(fig, base)
+    return fig
 
 
 def _thin(n: int) -> slice:

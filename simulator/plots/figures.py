@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,10 @@ SLO_LABEL_PREFIX = "SLO"
 
 
 def pyplot():
+    """pyplot, on the headless Agg backend unless the caller (a notebook) already chose one."""
     import matplotlib
-    matplotlib.use("Agg")   # files only: no display needed in CI or over ssh
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")   # files only: no display needed in CI or over ssh
     import matplotlib.pyplot as plt
     return plt
 

@@ -57,6 +57,15 @@ def sweep_meta(result_dir: Path, rows: list[dict]) -> dict:
             "load_key": next((k for k in LOAD_KEYS if k in params), None)}
 
 
+def sweep_plots_up_to_date(result_dir: Path) -> bool:
+    """A sweep plot exists and is newer than sweep.csv and sweep.json (a rerun changed nothing)."""
+    inputs = [result_dir / SWEEP_CSV, result_dir / "sweep.json"]
+    plots = [result_dir / f"{name}.{fmt}" for name in (THROUGHPUT_LATENCY, SWEEP_POINTS)
+             for fmt in ("png", "svg")]
+    newest_input = max((p.stat().st_mtime for p in inputs if p.exists()), default=0.0)
+    return any(p.exists() and p.stat().st_mtime >= newest_input for p in plots)
+
+
 def plot_sweep_csv(result_dir: Path) -> list[Path]:
     rows = read_sweep_csv(result_dir / SWEEP_CSV)
     if not rows:

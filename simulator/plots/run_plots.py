@@ -11,10 +11,6 @@ from simulator.plots.figures import pyplot, save_figure
 from simulator.plots.result_dir import ENGINE_TIMESERIES, LATENCY_CDFS
 
 
-def _pyplot():
-    return pyplot()
-
-
 def plot_run(out_dir: Path, outputs) -> list[Path]:
     """``run_overview.png`` (the quick look), plus ``latency_cdfs`` and ``engine_timeseries``
     (PNG and SVG) as `servesim plot` draws them from the written files."""
@@ -28,7 +24,7 @@ def plot_run(out_dir: Path, outputs) -> list[Path]:
 
 
 def _overview(out_dir: Path, outputs) -> Path:
-    plt = _pyplot()
+    plt = pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(12, 8))
     for output in outputs:
         _latency_cdfs(axes[0], output)

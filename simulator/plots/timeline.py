@@ -79,6 +79,7 @@ class TimelineRecorder:
                 slot = slots[request] = min(set(range(len(slots) + 1)) - set(slots.values()))
             kind = "decode" if new == 1 and context >= request.num_prompt_tokens else "prefill"
             rows.append((offset + slot, start_s, end_s, request.request_id, kind))
+        for request in batch.requests:   # after all joined: a slot frees at the step's end
             if request.status is RequestStatus.FINISHED:
                 del slots[request]
 

@@ -9,17 +9,19 @@ from simulator.plots.figures import pyplot, save_figure
 from simulator.plots.timeline import COLORS, SlotTimeline
 
 MAX_LABELLED_REQUESTS = 48   # request ids written inside the bars up to this many requests
-GIF_FRAMES = 40
+GIF_FRAMES = 20
+GIF_DPI = 60           # a GIF redraws the whole figure per frame: keep it small
 
 
 def plot_batch_timelines(timelines: Sequence[SlotTimeline], base: Path, title: str,
-                         gif: bool = False) -> list[Path]:
+                         gif: bool = False, gif_frames: int = GIF_FRAMES) -> list[Path]:
     fig, axes = _draw(timelines, title)
-    paths = save_figure(fig, base) if not gif else []
-    if gif:
-        paths = _save_gif(fig, axes, max(t.end_s for t in timelines), base)
-        paths += save_figure(fig, base)
-    return paths
+    paths = _save_gif(fig, axes, max(t.end_s for t in timelines), base, gif_frames) if gif else []
+    return paths + save_figure(fig, base)
+
+
+def timeline_figure(timelines: Sequence[SlotTimeline], title: str):
+    return _draw(timelines, title)[0]
 
 
 def _draw(timelines: Sequence[SlotTimeline], title: str):
@@ -74,7 +76,7 @@ def _legend_handles():
             Line2D([], [], marker="x", color="red", linestyle="none", label="preempted")]
 
 
-def _save_gif(fig, axes, end_s: float, base: Path) -> list[Path]:
+def _save_gif(fig, axes, end_s: float, base: Path, frames: int) -> list[Path]:
     """A white curtain over [now, end] slides right: the schedule appears as it happens."""
     from matplotlib.animation import FuncAnimation, PillowWriter
     from matplotlib.patches import Rectangle
@@ -87,14 +89,15 @@ def _save_gif(fig, axes, end_s: float, base: Path) -> list[Path]:
         curtains.append(curtain)
 
     def frame(i: int):
-        now = end_s * i / (GIF_FRAMES - 1)
+        now = end_s * i / max(1, frames - 1)
         for curtain in curtains:
             curtain.set_x(now)
         return curtains
 
     path = base.with_name(f"{base.name}.gif")
     tmp = path.with_name(f".{path.name}.tmp.gif")
-    FuncAnimation(fig, frame, frames=GIF_FRAMES, blit=False).save(tmp, writer=PillowWriter(fps=8))
+    FuncAnimation(fig, frame, frames=frames, blit=False).save(
+        tmp, writer=PillowWriter(fps=4), dpi=GIF_DPI)
     for curtain in curtains:
         curtain.remove()
     tmp.replace(path)

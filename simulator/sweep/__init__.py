@@ -1,5 +1,6 @@
-"""Sweeps: a scenario's ``sweep:`` block run as (scheduler x point x seed) into one sweep.csv."""
-from simulator.sweep.execute import SweepOutcome, run_sweep
-from simulator.sweep.plan import PlannedRun, SweepPlan, build_plan, load_plan
+"""Sweeps: a scenario's ``sweep:`` block run as (scheduler x point x seed) into one sweep.csv.
 
-__all__ = ["PlannedRun", "SweepOutcome", "SweepPlan", "build_plan", "load_plan", "run_sweep"]
+``plan`` (what to run, validated up front), ``execute`` (``run_sweep``), ``table`` (the resumable
+sweep.csv), ``backends`` (local processes or Ray), ``stats`` (means and 95% intervals over seeds),
+``command`` (`servesim sweep`). Kept import-free so that `servesim --help` stays fast.
+"""

@@ -47,12 +47,13 @@ def sweep(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
     from simulator.sweep.backends import BackendError
     from simulator.sweep.execute import run_sweep
     from simulator.sweep.plan import load_plan
+    from simulator.sweep.table import SweepFileError
     try:
         plan = load_plan(scenario_file, overrides)
         out_dir = out_dir or Path("results") / plan.name
         outcome = run_sweep(plan, out_dir, backend=backend, workers=workers, address=address,
                             restart=restart, progress=not no_progress, log=click.echo)
-    except (ScenarioError, BackendError) as exc:
+    except (ScenarioError, BackendError, SweepFileError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         fail("interrupted; the finished runs are in sweep.csv: run the same command to resume")
@@ -60,7 +61,11 @@ def sweep(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
         click.echo(f"warning: {outcome.num_errors} runs could not finish; see the error column",
                    err=True)
     click.echo(f"results: {outcome.csv_path}")
-    if not no_plots:
-        from simulator.plots.result_dir import plot_result_dir
-        for path in plot_result_dir(out_dir):
-            click.echo(f"plot: {path}")
+    if no_plots:
+        return
+    from simulator.plots.result_dir import plot_sweep_csv, sweep_plots_up_to_date
+    if outcome.num_ran == 0 and sweep_plots_up_to_date(out_dir):
+        click.echo("plots: up to date")
+        return
+    for path in plot_sweep_csv(out_dir):
+        click.echo(f"plot: {path}")

@@ -65,6 +65,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, *, backend: str = "local", workers
     _write_meta(plan, out_dir)
     if num_pending:
         _execute(plan, table, pending, prepared, done, backend, workers, address, progress)
+    if num_pending or list(table.rows) != [r.run_key for r in plan.runs]:
         table.rewrite([table.rows[r.run_key] for r in plan.runs])   # plan order: same bytes
     errors = sum(bool(table.rows[r.run_key].get(ERROR_COLUMN)) for r in plan.runs)
     return SweepOutcome(table.path, len(plan.runs), len(plan.runs) - num_pending, num_pending, errors)
@@ -116,6 +117,9 @@ def _write_meta(plan: SweepPlan, out_dir: Path) -> None:
     meta = {"scenario": plan.name, "param_keys": list(plan.param_keys), "load_key": plan.load_key,
             "seeds": list(plan.seeds), "schedulers": list(plan.scheduler_labels),
             "slos_ms": goodput.as_dict() if goodput else {}}
+    text = json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n"
+    path = out_dir / SWEEP_JSON
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return   # unchanged: keep its time stamp, so plots newer than it stay up to date
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_dir / SWEEP_JSON,
-                 lambda f: f.write(json.dumps(meta, indent=2, sort_keys=True, default=str) + "\n"))
+    atomic_write(path, lambda f: f.write(text))

@@ -82,8 +82,22 @@ def short_value(cell: str) -> str:
     return cell
 
 
+# Legends name a swept path by its last field; these are too long for a legend.
+SHORT_NAMES = {"gpu_memory_utilization": "gpu_util", "tensor_parallel_size": "TP",
+               "max_num_batched_tokens": "budget"}
+
+
+def short_key(key: str) -> str:
+    last = key.split(".")[-1]
+    return SHORT_NAMES.get(last, last)
+
+
+def point_label(row: dict[str, str], keys: Sequence[str], sep: str = ", ") -> str:
+    return sep.join(f"{short_key(k)}={short_value(row[k])}" for k in keys)
+
+
 def series_label(row: dict[str, str], keys: Sequence[str]) -> str:
-    extra = ", ".join(f"{k.split('.')[-1]}={short_value(row[k])}" for k in keys)
+    extra = point_label(row, keys)
     return f"{row['scheduler']} ({extra})" if extra else row["scheduler"]
 
 

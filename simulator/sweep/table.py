@@ -42,6 +42,10 @@ def format_cell(value: Any) -> str:
     return " ".join(str(value).split("\n"))  # one physical line per row
 
 
+class SweepFileError(ValueError):
+    """sweep.csv exists but is not one (no run_key column): one line for the user."""
+
+
 class SweepTable:
     """The rows of one sweep.csv, keyed by ``run_key``."""
 
@@ -59,6 +63,9 @@ class SweepTable:
         complete = text[:text.rfind("\n") + 1]
         records = list(csv.reader(io.StringIO(complete)))
         self.header = records[0] if records else []
+        if self.header and "run_key" not in self.header:
+            raise SweepFileError(f"{self.path}: not a servesim sweep.csv (no run_key column); "
+                                 f"move it away or use -o another folder")
         good = [r for r in records[1:] if len(r) == len(self.header)]
         for record in good:
             row = dict(zip(self.header, record))

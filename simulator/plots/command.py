@@ -1,0 +1,63 @@
+"""`servesim plot RESULT_DIR` and `servesim timeline SCENARIO_FILE`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+BIG_TIMELINE_REQUESTS = 200
+
+
+@click.command()
+@click.argument("result_dir", type=click.Path(file_okay=False, path_type=Path))
+def plot(result_dir: Path) -> None:
+    """Draw every plot the files in RESULT_DIR allow (sweep curves, CDFs, engine state, timeline)."""
+    from simulator.plots.result_dir import plot_result_dir
+    from simulator.sweep.command import fail
+    try:
+        paths = plot_result_dir(result_dir)
+    except ValueError as exc:
+        fail(str(exc))
+    if not paths:
+        fail(f"{result_dir}: nothing to plot (no sweep.csv, no <scheduler>/requests.csv, "
+             f"no <scheduler>/timeline.csv)")
+    for path in paths:
+        click.echo(f"plot: {path}")
+
+
+@click.command()
+@click.argument("scenario_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Result folder (default: results/<scenario name>).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a field, e.g. --set workload.num_requests=16 (repeatable).")
+@click.option("--scheduler", "labels", multiple=True, metavar="NAME",
+              help="Only these schedulers (repeatable; default: all of the file).")
+@click.option("--gif", is_flag=True, help="Also write an animated GIF.")
+def timeline(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
+             labels: tuple[str, ...], gif: bool) -> None:
+    """Simulate SCENARIO_FILE recording every step's batch slots; draw them per scheduler."""
+    from simulator.plots.timeline import TIMELINE_CSV, timelines_of, write_timeline_csv
+    from simulator.plots.timeline_plot import plot_batch_timelines
+    from simulator.progress import NoProgressError
+    from simulator.runner import prepare
+    from simulator.scenario import ScenarioError, load_scenario
+    from simulator.sweep.command import fail
+    try:
+        prepared = prepare(load_scenario(scenario_file, overrides))
+        unknown = sorted(set(labels) - {run.label for run in prepared.runs})
+        if unknown:
+            raise ScenarioError(f"--scheduler: {unknown[0]!r} is not a scheduler of the file "
+                                f"({', '.join(run.label for run in prepared.runs)})")
+        if len(prepared.trace) > BIG_TIMELINE_REQUESTS:
+            click.echo(f"note: {len(prepared.trace)} requests make a dense picture; try "
+                       f"--set workload.num_requests=32", err=True)
+        timelines = timelines_of(prepared, labels or None)
+    except (ScenarioError, NoProgressError) as exc:
+        fail(str(exc))
+    out_dir = out_dir or Path("results") / prepared.scenario.name
+    for t in timelines:
+        click.echo(f"timeline: {write_timeline_csv(t, out_dir / t.label / TIMELINE_CSV)}")
+    for path in plot_batch_timelines(timelines, out_dir / "batch_timeline", prepared.scenario.name,
+                                     gif=gif):
+        click.echo(f"plot: {path}")
