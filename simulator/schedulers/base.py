@@ -59,6 +59,18 @@ class Scheduler:
     def check_config(self) -> None:
         """Raise SchedulerError for settings the real engine refuses at startup."""
 
+    def check_token_budget(self, chunked_prefill: bool) -> None:
+        """[CFG] startup checks shared by the budgeted presets (rule 1.2; V0's SchedulerConfig
+        has the same): every seat can decode in one step, and with chunking off a whole prompt
+        (or a resumed prompt plus its outputs) always fits the budget."""
+        o = self.options
+        if o.max_num_batched_tokens < o.max_num_seqs:
+            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
+                                 f" must be >= max_num_seqs ({o.max_num_seqs})")
+        if not chunked_prefill and o.max_num_batched_tokens < self.max_model_len:
+            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
+                                 f" must be >= max_model_len ({self.max_model_len}) with chunked prefill off")
+
     def schedule(self, now_s: float) -> Batch:
         raise NotImplementedError
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from simulator.batch import Batch
 from simulator.request import Request
-from simulator.schedulers.base import Scheduler, SchedulerError
+from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
 from simulator.schedulers.registry import register_scheduler
 
@@ -24,10 +24,7 @@ class SarathiScheduler(Scheduler):
     Options = SarathiOptions
 
     def check_config(self) -> None:
-        o = self.options
-        if o.max_num_batched_tokens < o.max_num_seqs:
-            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
-                                 f" must be >= max_num_seqs ({o.max_num_seqs}) so decodes never stall")
+        self.check_token_budget(chunked_prefill=True)  # decodes never stall
 
     def schedule(self, now_s: float) -> Batch:
         batch = Batch()

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.batch import Batch
-from simulator.schedulers.base import Scheduler, SchedulerError
+from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
 from simulator.schedulers.registry import register_scheduler
 from simulator.schedulers.sarathi import SarathiScheduler
@@ -30,15 +30,7 @@ class VllmV0Scheduler(Scheduler):
         return SarathiScheduler if options.enable_chunked_prefill else cls
 
     def check_config(self) -> None:
-        o = self.options
-        if o.max_num_batched_tokens < o.max_num_seqs:
-            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
-                                 f" must be >= max_num_seqs ({o.max_num_seqs})")
-        if not o.enable_chunked_prefill and o.max_num_batched_tokens < self.max_model_len:
-            # V0's SchedulerConfig refuses this at startup: a prompt (or a resumed prompt plus
-            # outputs) longer than the budget could never be scheduled.
-            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
-                                 f" must be >= max_model_len ({self.max_model_len}) with chunked prefill off")
+        self.check_token_budget(self.options.enable_chunked_prefill)
 
     def max_request_tokens(self) -> int:
         # Prompts longer than min(max_model_len, max_num_batched_tokens) are ignored by V0.

@@ -7,7 +7,7 @@ from simulator.batch import Batch
 from simulator.kv_cache import KVCache
 from simulator.prefix_cache import PrefixCachingKVCache
 from simulator.request import Request
-from simulator.schedulers.base import Scheduler, SchedulerError
+from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, NonNegativeInt, SchedulerOptions, options_config
 from simulator.schedulers.registry import register_scheduler
 
@@ -41,12 +41,7 @@ class VllmV1Scheduler(Scheduler):
         o = self.options
         self._threshold = o.long_prefill_token_threshold
         self.async_scheduling = bool(o.async_scheduling)
-        if o.max_num_batched_tokens < o.max_num_seqs:
-            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
-                                 f" must be >= max_num_seqs ({o.max_num_seqs})")
-        if not o.enable_chunked_prefill and o.max_num_batched_tokens < self.max_model_len:
-            raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
-                                 f" must be >= max_model_len ({self.max_model_len}) with chunked prefill off")
+        self.check_token_budget(o.enable_chunked_prefill)
 
     def _cap(self, n: int) -> int:
         threshold = self._threshold
