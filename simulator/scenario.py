@@ -6,6 +6,7 @@ allowed. ``servesim schema`` prints the JSON Schema of the same model so editors
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,6 +95,12 @@ class Scenario(BaseModel):
         return options
 
 
+@functools.lru_cache(maxsize=None)
+def _options_adapter(options_cls: type) -> TypeAdapter:
+    """Building a validator costs ~10 ms; sweeps validate the same classes many times."""
+    return TypeAdapter(options_cls)
+
+
 def _scheduler_options(index: int, entry: dict[str, Any]):
     entry = dict(entry)
     preset = entry.get("preset", entry.get("kind"))
@@ -113,7 +120,7 @@ def _scheduler_options(index: int, entry: dict[str, Any]):
                             f"needs an Options dataclass; see simulator/schedulers/base.py)")
     entry = {**found.defaults, **entry}   # the preset's own defaults (e.g. Sarathi's 512 budget)
     try:
-        options = TypeAdapter(cls.Options).validate_python(entry)
+        options = _options_adapter(cls.Options).validate_python(entry)
     except ValidationError as exc:
         raise ScenarioError(format_validation_error(exc, f"schedulers[{index}]", entry)) from None
     name = getattr(options, "name", None)
