@@ -78,11 +78,15 @@ def apply_decode_run(scheduler, run: DecodeRun, start_s: float) -> None:
     last_s = run.end_s[-1]
     kv = scheduler.kv
     _allocate_in_step_order(scheduler, m)
+    bs = kv.block_size
     for request, blocks in zip(scheduler.running, run.new_blocks.tolist()):
-        request.num_computed_tokens += m
+        computed = request.num_computed_tokens
+        request.num_computed_tokens = computed + m
         request.num_output_tokens += m
-        # Counts first, so a prefix cache hashes exactly the blocks the single steps would have.
-        kv.allocate_up_to(request, request.num_computed_tokens)
+        if (computed + m) // bs != computed // bs:
+            # A block filled up: counts first, so a prefix cache hashes exactly the blocks the
+            # single steps would have (they call the cache at every block boundary too).
+            kv.allocate_up_to(request, computed + m)
         assert kv.num_blocks_of(request) == blocks
         # The first gap runs from the request's own last token (it may have sat out a step).
         first_gap = run.end_s[0] - request.last_token_s

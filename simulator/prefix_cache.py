@@ -27,28 +27,35 @@ class PrefixCachingKVCache(KVCache):
         self._hashes: dict[Request, list[int]] = {}      # chain hashes of full blocks, computed lazily
         self._registered: dict[Request, int] = {}        # how many of its blocks are hashed
         self._hits: dict[Request, list[int]] = {}        # blocks found by the last lookup
+        # Blocks only their own (preempted) request can hit: request -> {block index: block}.
+        self._own: dict[Request, dict[int, int]] = {}
+        self._own_tag: list[tuple | None] = [None] * n    # block -> (request, index) while cached
 
     # -- hashing ------------------------------------------------------------------------------
-    def _block_key(self, request: Request, index: int) -> tuple:
-        start, end = index * self.block_size, (index + 1) * self.block_size
+    def _num_shareable(self, request: Request) -> int:
+        """Leading blocks made only of known prompt token ids: other requests can hit these."""
         ids = request.prompt_token_ids
-        if ids is not None and end <= len(ids):
-            return tuple(ids[start:end])
-        return ("request", request.request_id, index)   # generated or unknown tokens
+        return len(ids) // self.block_size if ids is not None else 0
 
     def _hash_of(self, request: Request, index: int) -> int:
         hashes = self._hashes.setdefault(request, [])
+        ids, bs = request.prompt_token_ids, self.block_size
         while len(hashes) <= index:
             parent = hashes[-1] if hashes else None
-            hashes.append(hash((parent, self._block_key(request, len(hashes)))))
+            i = len(hashes)
+            hashes.append(hash((parent, tuple(ids[i * bs:(i + 1) * bs]))))
         return hashes[index]
 
     # -- lookup at admission (rule 2.4) ---------------------------------------------------------
     def lookup_prefix(self, request: Request) -> int:
         """Tokens of the longest cached prefix; at least the last token is always recomputed."""
         hits = []
+        shareable, own = self._num_shareable(request), self._own.get(request, {})
         for index in range((request.num_tokens - 1) // self.block_size):
-            block = self._by_hash.get(self._hash_of(request, index))
+            if index < shareable:
+                block = self._by_hash.get(self._hash_of(request, index))
+            else:
+                block = own.get(index)
             if block is None:
                 break
             hits.append(block)
@@ -74,6 +81,8 @@ class PrefixCachingKVCache(KVCache):
 
     def _grow(self, request: Request, total: int, headroom: int, num_hit_tokens: int) -> bool:
         held = self._blocks.get(request)
+        if held and not num_hit_tokens:
+            return self._grow_held(request, held, total, headroom)
         hits = self._hits.pop(request, []) if num_hit_tokens and not held else []
         num_have = (len(held) if held else 0) + len(hits)
         num_new = self.blocks_for(total) - num_have
@@ -83,10 +92,12 @@ class PrefixCachingKVCache(KVCache):
                 self._hits[request] = hits   # still valid for a retry in this step
             return False
         blocks = self._blocks.setdefault(request, [])
+        self._own.pop(request, None)   # resumed: its own cached blocks are hits or lost
         for b in hits:                       # touch: a free cached block leaves the free queue
             if self._ref[b] == 0:
                 del self._free[b]
             self._ref[b] += 1
+            self._own_tag[b] = None
             blocks.append(b)
         for _ in range(max(num_new, 0)):
             blocks.append(self._pop_free())
@@ -97,6 +108,19 @@ class PrefixCachingKVCache(KVCache):
         self._num_blocks[request] = len(blocks)
         return True
 
+    def _grow_held(self, request: Request, blocks: list[int], total: int, headroom: int) -> bool:
+        """The common case (a running request's next chunk or decode): new blocks only."""
+        num_new = -(-total // self.block_size) - len(blocks)
+        if num_new > 0:
+            if num_new + headroom > self.num_free_blocks:
+                return False
+            for _ in range(num_new):
+                blocks.append(self._pop_free())
+            self.num_free_blocks = len(self._free)
+            self._num_blocks[request] = len(blocks)
+        self._register_full_blocks(request, min(total, request.num_tokens))
+        return True
+
     def _pop_free(self) -> int:
         block, _ = self._free.popitem(last=False)
         old = self._block_hash[block]
@@ -104,6 +128,10 @@ class PrefixCachingKVCache(KVCache):
             if self._by_hash.get(old) == block:
                 del self._by_hash[old]
             self._block_hash[block] = None
+        tag = self._own_tag[block]
+        if tag is not None:
+            self._own.get(tag[0], {}).pop(tag[1], None)
+            self._own_tag[block] = None
         self._ref[block] = 1
         return block
 
@@ -113,7 +141,7 @@ class PrefixCachingKVCache(KVCache):
         blocks = self._blocks[request]
         done = self._registered.get(request, 0)
         full = min(num_tokens // self.block_size, len(blocks))
-        for index in range(done, full):
+        for index in range(done, min(full, self._num_shareable(request))):
             h = self._hash_of(request, index)
             if h not in self._by_hash:
                 self._by_hash[h] = blocks[index]
@@ -124,6 +152,13 @@ class PrefixCachingKVCache(KVCache):
         """Blocks go to the free queue's tail in reverse order (the prefix is evicted last);
         they keep their hashes, so a quick resume or a sibling request can still hit them."""
         blocks = self._blocks.pop(request, [])
+        if request.status is not RequestStatus.FINISHED:   # preempted: it may come back
+            own = self._own.setdefault(request, {})
+            for index in range(self._num_shareable(request), self._registered.get(request, 0)):
+                own[index] = blocks[index]
+                self._own_tag[blocks[index]] = (request, index)
+        else:
+            self._own.pop(request, None)
         for b in reversed(blocks):
             self._ref[b] -= 1
             if self._ref[b] == 0:

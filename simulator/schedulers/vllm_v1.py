@@ -62,6 +62,7 @@ class VllmV1Scheduler(Scheduler):
         running, kv, max_ctx, threshold = self.running, self.kv, self.max_model_len - 1, self._threshold
         held, block_size = kv._num_blocks, kv.block_size
         hashing = self.options.enable_prefix_caching
+        hash_every_step = self.async_scheduling
         add_request, add_new, add_ctx, add_samples = (
             batch.requests.append, batch.new_tokens.append, batch.context_tokens.append,
             batch.samples.append)
@@ -82,8 +83,11 @@ class VllmV1Scheduler(Scheduler):
                 i += 1
                 continue
             # Fast path: the request's blocks already cover C + n (most decode steps) and no
-            # prefix cache needs to hash a block this step fills.
-            if hashing or computed + n > held.get(request, 0) * block_size:
+            # block becomes full for the prefix cache to hash (with async scheduling the hashes
+            # trail the placeholders, so every step goes through the cache).
+            if (computed + n > held.get(request, 0) * block_size
+                    or hashing and (hash_every_step
+                                    or (computed + n) // block_size != computed // block_size)):
                 while not kv.allocate(request, n):
                     victim = self._pick_victim()
                     budget += self._preempt_running(batch, victim)
