@@ -139,3 +139,23 @@ def test_kv_usage_is_a_fraction_of_the_usable_pool():
     d.step()
     assert d.s.kv.num_total_blocks == 10
     assert d.s.kv.usage == pytest.approx(0.2)
+
+
+def test_priority_waiting_queue_is_a_heap_on_priority_then_arrival():
+    # Rule 1.4: (priority, arrival_time) min-heap; a request put back is just pushed.
+    from simulator.schedulers.request_queue import PriorityRequestQueue
+    q = PriorityRequestQueue()
+    late_urgent, early, early_urgent = req(0, 4, 1, arrival_s=2.0, priority=0), \
+        req(1, 4, 1, arrival_s=0.0, priority=1), req(2, 4, 1, arrival_s=1.0, priority=0)
+    for r in (late_urgent, early, early_urgent):
+        q.append(r)
+    assert q[0] is early_urgent
+    assert [q.popleft().request_id for _ in range(3)] == [2, 0, 1]
+    q.append(early)
+    q.appendleft(early_urgent)            # "prepend" after a preemption
+    assert q[0] is early_urgent and len(q) == 2
+
+
+def test_priority_policy_is_refused_where_it_is_not_modelled():
+    with pytest.raises(SchedulerError, match="scheduling_policy: 'priority' is not modelled for orca"):
+        make_scheduler("orca", max_num_seqs=4, scheduling_policy="priority")

@@ -28,11 +28,16 @@ class Scheduler:
     family: ClassVar[str] = "base"
     Options: ClassVar[type]
     async_scheduling = False   # True: the engine keeps two batches in flight (semantics §1.6)
+    supports_priority = False  # scheduling_policy "priority" (vLLM V1's request queue)
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
         self.max_model_len = context.max_model_len
         self.options = self.resolve_defaults(options, context)
+        if self.options.scheduling_policy == "priority" and not self.supports_priority:
+            raise SchedulerError(f"schedulers.{self.options.label}.scheduling_policy: 'priority' is "
+                                 f"not modelled for {self.options.preset}; allowed: 'fcfs' (priority: "
+                                 f"vllm_v1)")
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.num_preemptions = 0

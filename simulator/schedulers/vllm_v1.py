@@ -10,6 +10,7 @@ from simulator.request import Request
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, NonNegativeInt, SchedulerOptions, options_config
 from simulator.schedulers.registry import register_scheduler
+from simulator.schedulers.request_queue import PriorityRequestQueue
 
 
 @options_config
@@ -29,6 +30,7 @@ class VllmV1Options(SchedulerOptions):
                     "then waiting; chunked prefill; recompute preemption of the running tail")
 class VllmV1Scheduler(Scheduler):
     family = "chunked_prefill"
+    supports_priority = True
     Options = VllmV1Options
 
     @classmethod
@@ -40,6 +42,8 @@ class VllmV1Scheduler(Scheduler):
     def check_config(self) -> None:  # [CFG] startup checks, rule 1.2
         o = self.options
         self._threshold = o.long_prefill_token_threshold
+        if o.scheduling_policy == "priority":
+            self.waiting = PriorityRequestQueue()
         self.async_scheduling = bool(o.async_scheduling)
         self.check_token_budget(o.enable_chunked_prefill)
 
@@ -170,9 +174,7 @@ class VllmV1Scheduler(Scheduler):
         return self.kv.blocks_to_admit(request, total, num_hit) + headroom <= self.kv.num_free_blocks
 
     def _peek_waiting(self) -> Request:
-        if self.options.scheduling_policy == "priority":
-            return min(self.waiting, key=lambda r: (r.priority, r.arrival_s))
-        return self.waiting[0]
+        return self.waiting[0]   # the deque's head, or the heap's minimum (rule 1.4)
 
     def _pop_waiting(self, request: Request) -> None:
         if self.waiting[0] is request:
