@@ -28,6 +28,16 @@ class BatchShape:
         smp = np.ones(len(new), bool) if samples is None else np.asarray(samples, bool)
         return cls(new, ctx, smp)
 
+    def with_padding_rows(self, pad: int) -> "BatchShape":
+        """Static (HF) batching computes finished rows too: each decodes one discarded token over
+        the batch's longest context."""
+        if not pad:
+            return self
+        pad_ctx = int(self.context_tokens.max()) if len(self.context_tokens) else 0
+        return BatchShape(np.concatenate([self.new_tokens, np.ones(pad, np.int64)]),
+                          np.concatenate([self.context_tokens, np.full(pad, pad_ctx, np.int64)]),
+                          np.concatenate([self.samples, np.ones(pad, bool)]))
+
     @property
     def num_seqs(self) -> int:
         return len(self.new_tokens)

@@ -54,6 +54,15 @@ class FittedRange:
                 return f"a sequence of {longest} tokens > fitted {self.max_context}"
         return None
 
+    def warn_once(self, model_name: str, shape: BatchShape, counts: tuple, warned: list) -> None:
+        """One RuntimeWarning per model instance, naming the first shape outside the range."""
+        problem = self.outside(shape, counts)
+        if problem:
+            warned[0] = True
+            warnings.warn(f"cost model {model_name!r}: batch shape outside the fitted range "
+                          f"({problem}); the time is extrapolated (further shapes are not reported)",
+                          RuntimeWarning, stacklevel=3)
+
     def to_json(self) -> dict:
         return asdict(self)
 
@@ -147,17 +156,10 @@ class ParametricCostModel:
     def step_time_s(self, shape: BatchShape) -> float:
         counts = step_counts(shape)
         if not self._warned[0]:
-            self._check_range(shape, counts)
+            self.fitted_range.warn_once(self.name, shape, counts, self._warned)
         c = self._coef
         tokens = counts[0]
         return float(c[0] + c[1] * max(self.knee_tokens, tokens) + c[2] * tokens + c[3] * counts[1]
                 + c[4] * counts[2] + c[5] * counts[3] + c[6] * counts[4] + c[7] * counts[5]
                 + c[8] * counts[6] + c[9] * math.sqrt(counts[7]))
 
-    def _check_range(self, shape: BatchShape, counts: tuple[float, ...]) -> None:
-        problem = self.fitted_range.outside(shape, counts)
-        if problem:
-            self._warned[0] = True
-            warnings.warn(f"cost model {self.name!r}: batch shape outside the fitted range ({problem}); "
-                          f"the time is extrapolated (further shapes are not reported)",
-                          RuntimeWarning, stacklevel=3)

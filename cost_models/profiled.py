@@ -17,7 +17,6 @@ with their mean context (their KV reads add up, so the mean times n is the total
 from __future__ import annotations
 
 import math
-import warnings
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -183,7 +182,7 @@ class TableCostModel:
         if tokens == 0:
             return self.step_overhead_s
         if not self._warned[0]:
-            self._check_range(shape, counts)
+            self.fitted_range.warn_once(self.name, shape, counts, self._warned)
         attention = self.attention.time_s(shape.new_tokens, shape.context_tokens, counts)
         per_layer = self.layer(tokens)
         if self.allreduce is not None:
@@ -200,10 +199,3 @@ class TableCostModel:
                 else self.attention.sampling_s(num_sampled)
         return float(time_s)
 
-    def _check_range(self, shape: BatchShape, counts: tuple) -> None:
-        problem = self.fitted_range.outside(shape, counts)
-        if problem:
-            self._warned[0] = True
-            warnings.warn(f"cost model {self.name!r}: batch shape outside the profiled range ({problem}); "
-                          f"the time is extrapolated (further shapes are not reported)",
-                          RuntimeWarning, stacklevel=3)

@@ -63,10 +63,4 @@ class Batch:
         new = np.array(self.new_tokens, dtype=np.int64)
         ctx = np.array(self.context_tokens, dtype=np.int64)
         samples = np.array(self.samples, dtype=bool)
-        if self.num_padding_rows:
-            pad = self.num_padding_rows
-            pad_ctx = int(ctx.max()) if len(ctx) else 0
-            new = np.concatenate([new, np.ones(pad, np.int64)])
-            ctx = np.concatenate([ctx, np.full(pad, pad_ctx, np.int64)])
-            samples = np.concatenate([samples, np.ones(pad, bool)])
-        return BatchShape(new, ctx, samples)
+        return BatchShape(new, ctx, samples).with_padding_rows(self.num_padding_rows)

@@ -2,17 +2,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 
-EXIT_USER_ERROR = 2
-
-
-def _fail(message: str) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(EXIT_USER_ERROR)
+from simulator.cli_common import EXIT_USER_ERROR, fail, scenario_arguments  # noqa: F401 (tests import EXIT_USER_ERROR here)
 
 
 class LazyGroup(click.Group):
@@ -48,11 +42,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("scenario_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Result folder (default: results/<scenario name>).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a field, e.g. --set workload.arrival.rate=8 (repeatable).")
+@scenario_arguments
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...], no_plots: bool) -> None:
     """Run every scheduler of SCENARIO_FILE on the same workload and write results."""
@@ -62,7 +52,7 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...], n
     try:
         run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots)
     except (ScenarioError, NoProgressError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 @main.command()

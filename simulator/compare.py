@@ -14,7 +14,8 @@ from pathlib import Path
 
 import click
 
-from simulator.sweep.command import backend_options, fail
+from simulator.cli_common import fail
+from simulator.sweep.command import backend_options
 
 UNITS = {"workload.arrival.rate": "req/s", "workload.max_concurrency": "concurrent requests"}
 OVER = {"rate": "workload.arrival.rate", "concurrency": "workload.max_concurrency"}

@@ -51,7 +51,7 @@ def plan_decode_run(scheduler, cost_model, start_s: float, max_steps: int,
         new_blocks = np.maximum(need, held)
         if int((new_blocks - held).sum()) > free:
             break
-        shape = _shape(ones, context + i, samples, pad)
+        shape = BatchShape(ones, context + i, samples).with_padding_rows(pad)
         now_s = now_s + cost_model.step_time_s(shape)
         blocks = new_blocks
         ends.append(now_s)
@@ -59,15 +59,6 @@ def plan_decode_run(scheduler, cost_model, start_s: float, max_steps: int,
     if not ends:
         return None
     return DecodeRun(ends, usages, blocks)
-
-
-def _shape(new, ctx, samples, pad: int) -> BatchShape:
-    if not pad:
-        return BatchShape(new, ctx, samples)
-    pad_ctx = int(ctx.max())
-    return BatchShape(np.concatenate([new, np.ones(pad, np.int64)]),
-                      np.concatenate([ctx, np.full(pad, pad_ctx, np.int64)]),
-                      np.concatenate([samples, np.ones(pad, bool)]))
 
 
 def apply_decode_run(scheduler, run: DecodeRun, start_s: float) -> None:

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import click
 
+from simulator.cli_common import scenario_arguments
+
 BIG_TIMELINE_REQUESTS = 200
 
 
@@ -13,7 +15,7 @@ BIG_TIMELINE_REQUESTS = 200
 def plot(result_dir: Path) -> None:
     """Draw every plot the files in RESULT_DIR allow (sweep curves, CDFs, engine state, timeline)."""
     from simulator.plots.result_dir import plot_result_dir
-    from simulator.sweep.command import fail
+    from simulator.cli_common import fail
     try:
         paths = plot_result_dir(result_dir)
     except ValueError as exc:
@@ -26,11 +28,7 @@ def plot(result_dir: Path) -> None:
 
 
 @click.command()
-@click.argument("scenario_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Result folder (default: results/<scenario name>).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a field, e.g. --set workload.num_requests=16 (repeatable).")
+@scenario_arguments
 @click.option("--scheduler", "labels", multiple=True, metavar="NAME",
               help="Only these schedulers (repeatable; default: all of the file).")
 @click.option("--gif", is_flag=True, help="Also write an animated GIF.")
@@ -42,7 +40,7 @@ def timeline(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ..
     from simulator.progress import NoProgressError
     from simulator.runner import prepare
     from simulator.scenario import ScenarioError, load_scenario
-    from simulator.sweep.command import fail
+    from simulator.cli_common import fail
     try:
         prepared = prepare(load_scenario(scenario_file, overrides))
         unknown = sorted(set(labels) - {run.label for run in prepared.runs})

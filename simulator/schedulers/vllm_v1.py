@@ -21,8 +21,8 @@ class VllmV1Options(SchedulerOptions):
     reserve_full_isl: Bool = True        # newer V1 admission gate (rule 2.3); older V1: False
     watermark: Fraction = 0.0
     enable_prefix_caching: Bool = True   # vLLM's default for generative models (rule 2.4)
-    # Schedule step k+1 while step k runs (§1.6). vLLM turned it on by default in 0.12 (PR
-    # #27614); the CPU backend forces it off. None: off here unless the scenario asks for it.
+    # Schedule step k+1 while step k runs (§1.6). Newer vLLM turns it on by default (PR #27614,
+    # late 2025); the CPU backend forces it off. None: off here unless the scenario asks for it.
     async_scheduling: Bool | None = None
 
 

@@ -1,19 +1,12 @@
 """`servesim sweep`: run a scenario's sweep block into one resumable sweep.csv, then plot it."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
 
+from simulator.cli_common import fail, scenario_arguments
 from simulator.sweep.backends import BACKENDS
-
-
-def fail(message: str) -> None:
-    """One line on stderr and exit 2, like every user error of `servesim`."""
-    from simulator.cli import EXIT_USER_ERROR
-    click.echo(f"error: {message}", err=True)
-    sys.exit(EXIT_USER_ERROR)
 
 
 def backend_options(command):
@@ -28,11 +21,7 @@ def backend_options(command):
 
 
 @click.command()
-@click.argument("scenario_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Result folder (default: results/<scenario name>).")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a field, e.g. --set num_seeds=5 (repeatable).")
+@scenario_arguments
 @backend_options
 @click.option("--restart", is_flag=True, help="Discard the rows already in sweep.csv and rerun all.")
 @click.option("--no-plots", is_flag=True, help="Skip the plots.")

@@ -29,7 +29,7 @@ ARRIVAL_MODES = ("replay", "closed-loop")
 @click.option("--gpu-memory-utilization", type=click.FloatRange(0, 1, min_open=True),
               help="For deriving KV blocks from GPU memory (default: recorded or vLLM's).")
 @click.option("--async-scheduling", type=click.Choice(ASYNC_MODES), default="auto", show_default=True,
-              help="auto: as the recorded vLLM would (off on CPU, on from vLLM 0.12).")
+              help="auto: as the recorded vLLM would (off on CPU, on from vLLM 0.12, assumed).")
 @click.option("--step-overhead-ms", metavar="MS|auto",
               help="Per-step CPU overhead for the cost model; auto adds what the iteration log misses.")
 @click.option("--arrivals", type=click.Choice(ARRIVAL_MODES), default="replay", show_default=True,

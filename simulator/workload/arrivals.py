@@ -74,6 +74,10 @@ class _RenewalArrivals:
     rate: float
     timing: Timing
 
+    def __post_init__(self) -> None:
+        _check_rate(type(self).__name__, self.rate)
+        _check_timing(type(self).__name__, self.timing)
+
     def gaps_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
 
@@ -109,12 +113,11 @@ class GammaArrivals(_RenewalArrivals):
     __pydantic_config__ = _STRICT
 
     def __post_init__(self) -> None:
-        _check_rate("GammaArrivals", self.rate)
+        super().__post_init__()
         b = self.burstiness
         if not (isinstance(b, (int, float)) and math.isfinite(b) and b > 0):
             raise invalid("GammaArrivals.burstiness", b,
                           "a finite number > 0 (1 = Poisson; kind 'constant' spaces arrivals evenly)")
-        _check_timing("GammaArrivals", self.timing)
 
     def gaps_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
         theta = 1.0 / (self.rate * self.burstiness)
@@ -130,10 +133,6 @@ class PoissonArrivals(_RenewalArrivals):
     timing: Timing = "newer"
     __pydantic_config__ = _STRICT
 
-    def __post_init__(self) -> None:
-        _check_rate("PoissonArrivals", self.rate)
-        _check_timing("PoissonArrivals", self.timing)
-
     def gaps_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
         return rng.gamma(shape=1.0, scale=1.0 / self.rate, size=n)
 
@@ -146,10 +145,6 @@ class ConstantArrivals(_RenewalArrivals):
     rate: RatePerS
     timing: Timing = "newer"
     __pydantic_config__ = _STRICT
-
-    def __post_init__(self) -> None:
-        _check_rate("ConstantArrivals", self.rate)
-        _check_timing("ConstantArrivals", self.timing)
 
     @property
     def _first_index(self) -> int:

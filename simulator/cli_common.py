@@ -1,0 +1,26 @@
+"""What every `servesim` command shares: the user-error exit, and the scenario arguments."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+EXIT_USER_ERROR = 2
+
+
+def fail(message: str) -> None:
+    """One line on stderr and exit 2: a user mistake never shows a traceback."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(EXIT_USER_ERROR)
+
+
+def scenario_arguments(command):
+    """SCENARIO_FILE, -o/--out and --set, as `run`, `sweep` and `timeline` take them."""
+    command = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                           help="Override a field, e.g. --set workload.arrival.rate=8 "
+                                "(repeatable).")(command)
+    command = click.option("-o", "--out", "out_dir",
+                           type=click.Path(file_okay=False, path_type=Path),
+                           help="Result folder (default: results/<scenario name>).")(command)
+    return click.argument("scenario_file", type=click.Path(dir_okay=False, path_type=Path))(command)
