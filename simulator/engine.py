@@ -144,6 +144,8 @@ class Simulation:
 
     def _decode_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog):
         """Advance the coming identical decode steps in one event, when that is exact."""
+        if self.next_arrival_s <= self.env.now:
+            return  # a request arrives before the next step: no run to advance (cheap check first)
         max_steps = scheduler.decode_horizon()
         if max_steps <= 0:
             return
