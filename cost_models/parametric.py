@@ -41,22 +41,25 @@ class FittedRange:
     max_seqs: int            # sequences in one step
     max_context: int         # context + new tokens of any one sequence
 
-    def outside(self, shape: BatchShape, counts: tuple) -> str | None:
-        """A one-phrase description of how the shape leaves the range, or None if it is inside."""
+    def outside(self, shape: BatchShape | None, counts: tuple, longest: int | None = None) -> str | None:
+        """A one-phrase description of how the shape leaves the range, or None if it is inside.
+        ``longest`` (context + new tokens of the longest sequence) stands in for ``shape``."""
         tokens, num_seqs = counts[0], counts[-1]
         if tokens > self.max_tokens:
             return f"{tokens} tokens > fitted {self.max_tokens}"
         if num_seqs > self.max_seqs:
             return f"{num_seqs} sequences > fitted {self.max_seqs}"
         if num_seqs and counts[1] + counts[4] + tokens > self.max_context:  # else no sequence can be
-            longest = int((shape.context_tokens + shape.new_tokens).max())
+            if longest is None:
+                longest = int((shape.context_tokens + shape.new_tokens).max())
             if longest > self.max_context:
                 return f"a sequence of {longest} tokens > fitted {self.max_context}"
         return None
 
-    def warn_once(self, model_name: str, shape: BatchShape, counts: tuple, warned: list) -> None:
+    def warn_once(self, model_name: str, shape: BatchShape | None, counts: tuple, warned: list,
+                  longest: int | None = None) -> None:
         """One RuntimeWarning per model instance, naming the first shape outside the range."""
-        problem = self.outside(shape, counts)
+        problem = self.outside(shape, counts, longest)
         if problem:
             warned[0] = True
             warnings.warn(f"cost model {model_name!r}: batch shape outside the fitted range "
@@ -101,13 +104,18 @@ def step_counts(shape: BatchShape) -> tuple[float, ...]:
     ctx_sum = int(ctx.sum())
     num_sampled = int(np.count_nonzero(shape.samples))
     if tokens == num_seqs:  # all-decode steps are most steps: skip the prefill sums
-        return (tokens, ctx_sum, num_seqs, 0.0, 0, 0, num_sampled, num_seqs)
+        return (tokens, ctx_sum, num_seqs, 0.0, 0, 0, num_sampled, num_seqs)  # = decode_counts
     is_decode = new == 1
     num_decodes = int(np.count_nonzero(is_decode))
     decode_ctx = int(ctx @ is_decode) if num_decodes else 0
     pairs = float(new @ ctx) + (float(new @ new) + tokens) / 2 - decode_ctx - num_decodes
     return (tokens, decode_ctx, num_decodes, pairs, ctx_sum - decode_ctx, num_seqs - num_decodes,
             num_sampled, num_seqs)
+
+
+def decode_counts(num_seqs: int, context_sum: int) -> tuple[float, ...]:
+    """step_counts of a step in which every sequence decodes and samples one token."""
+    return (num_seqs, context_sum, num_seqs, 0.0, 0, 0, num_seqs, num_seqs)
 
 
 def design_row(counts: tuple[float, ...], knee_tokens: float) -> list[float]:
@@ -157,9 +165,20 @@ class ParametricCostModel:
         counts = step_counts(shape)
         if not self._warned[0]:
             self.fitted_range.warn_once(self.name, shape, counts, self._warned)
+        return self._time_s(counts)
+
+    def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
+        """An all-decode step (see RooflineCostModel.decode_step_time_s): the same counts as
+        step_counts gives such a step, so the two paths agree to the bit. ``longest``: the
+        longest context before the step, for the fitted-range warning."""
+        counts = decode_counts(num_seqs, context_sum)
+        if not self._warned[0]:
+            self.fitted_range.warn_once(self.name, None, counts, self._warned, longest + 1)
+        return self._time_s(counts)
+
+    def _time_s(self, counts: tuple) -> float:
         c = self._coef
         tokens = counts[0]
         return float(c[0] + c[1] * max(self.knee_tokens, tokens) + c[2] * tokens + c[3] * counts[1]
                 + c[4] * counts[2] + c[5] * counts[3] + c[6] * counts[4] + c[7] * counts[5]
                 + c[8] * counts[6] + c[9] * math.sqrt(counts[7]))
-

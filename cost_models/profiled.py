@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost_models.batch_shape import BatchShape
-from cost_models.parametric import FittedRange, step_counts
+from cost_models.parametric import FittedRange, decode_counts, step_counts
 
 
 class Table1D:
@@ -178,12 +178,23 @@ class TableCostModel:
 
     def step_time_s(self, shape: BatchShape) -> float:
         counts = step_counts(shape)
-        tokens = counts[0]
-        if tokens == 0:
+        if counts[0] == 0:
             return self.step_overhead_s
         if not self._warned[0]:
             self.fitted_range.warn_once(self.name, shape, counts, self._warned)
-        attention = self.attention.time_s(shape.new_tokens, shape.context_tokens, counts)
+        return self._time_s(counts, shape.new_tokens, shape.context_tokens)
+
+    def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
+        """An all-decode step (see RooflineCostModel.decode_step_time_s); the attention terms of
+        such a step read only the counts, so no arrays are built."""
+        counts = decode_counts(num_seqs, context_sum)
+        if not self._warned[0]:
+            self.fitted_range.warn_once(self.name, None, counts, self._warned, longest + 1)
+        return self._time_s(counts, None, None)
+
+    def _time_s(self, counts: tuple, new, ctx) -> float:
+        tokens = counts[0]
+        attention = self.attention.time_s(new, ctx, counts)
         per_layer = self.layer(tokens)
         if self.allreduce is not None:
             per_layer += 2 * self.allreduce(tokens * self.allreduce_bytes_per_token)
@@ -198,4 +209,3 @@ class TableCostModel:
             time_s += self.sequence(num_sampled) if self.sequence is not None \
                 else self.attention.sampling_s(num_sampled)
         return float(time_s)
-

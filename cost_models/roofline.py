@@ -66,9 +66,12 @@ class RooflineCostModel:
             return self.step_overhead_s
         k = self._k
         tokens, ctx_sum = int(new.sum()), int(ctx.sum())
+        num_sampled = int(np.count_nonzero(shape.samples))
+        if tokens == len(new) and num_sampled == tokens:
+            return self.decode_step_time_s(tokens, ctx_sum)   # most steps: one formula for both paths
         is_decode = new == 1
         num_decode = int(np.count_nonzero(is_decode))
-        if num_decode == len(new):  # all-decode steps are most steps: skip the prefill sums
+        if num_decode == len(new):
             decode_ctx, prefill_pairs = ctx_sum, 0.0
         else:
             decode_ctx = int(ctx[is_decode].sum()) if num_decode else 0
@@ -77,15 +80,33 @@ class RooflineCostModel:
             prefill_pairs = pairs - decode_ctx - num_decode
         decode_pairs = decode_ctx + num_decode
         prefill_tokens, prefill_ctx = tokens - num_decode, ctx_sum - decode_ctx
-        num_sampled = int(np.count_nonzero(shape.samples))
-        weight_s = k.dense_weight_s
-        if k.expert_s:
-            weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
-        time_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
+        time_s = self._linear_s(tokens)
         time_s += max(k.attn_s_per_pair * decode_pairs,
                       k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decode)
         time_s += max(k.attn_s_per_pair * prefill_pairs,
                       k.kv_s_per_token * (prefill_ctx + prefill_tokens) + k.q_s_per_token * prefill_tokens)
+        return self._sampling_and_rest_s(time_s, tokens, num_sampled)
+
+    def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
+        """A step in which ``num_seqs`` sequences decode and sample one token each over
+        ``context_sum`` tokens of KV in all: the multi-step advance prices whole decode runs
+        with this, and step_time_s routes such steps here too, so both agree to the bit."""
+        k = self._k
+        decode_pairs = context_sum + num_seqs
+        time_s = self._linear_s(num_seqs)
+        time_s += max(k.attn_s_per_pair * decode_pairs,
+                      k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_seqs)
+        return self._sampling_and_rest_s(time_s, num_seqs, num_seqs)
+
+    def _linear_s(self, tokens: int) -> float:
+        k = self._k
+        weight_s = k.dense_weight_s
+        if k.expert_s:
+            weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
+        return max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
+
+    def _sampling_and_rest_s(self, time_s: float, tokens: int, num_sampled: int) -> float:
+        k = self._k
         if num_sampled:
             time_s += max(k.lm_head_s_per_row * num_sampled,
                           k.lm_head_weight_s + k.logit_s_per_row * num_sampled)

@@ -26,6 +26,10 @@ class UnitCostModel:
             return self.prefill_step_time_s
         return self.fixed_step_time_s
 
+    def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
+        """An all-decode step (see RooflineCostModel.decode_step_time_s)."""
+        return self.fixed_step_time_s
+
 
 def _check_positive(field: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \

@@ -33,8 +33,8 @@ class Request:
     num_cached_tokens: int = 0            # prefix-cache hits at (last) admission
     client_queue_s: float = 0.0           # time held by the client concurrency limit (not in TTFT)
     # Inter-token gaps are summarised, not stored per token, so memory does not grow with tokens.
+    # Their sum needs no field: it is last_token_s - first_token_s (see itl_sum_s).
     max_itl_s: float = 0.0
-    itl_sum_s: float = 0.0
     itl_sq_sum_s2: float = 0.0
     itl_gaps_s: list[float] | None = field(default=None, repr=False)  # kept only when asked
 
@@ -47,6 +47,11 @@ class Request:
     def num_remaining_tokens(self) -> int:
         """Tokens to schedule before this request samples again (1 for a decode)."""
         return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def itl_sum_s(self) -> float:
+        """The sum of this request's inter-token gaps: they telescope to last - first token."""
+        return 0.0 if self.first_token_s is None else self.last_token_s - self.first_token_s
 
     @property
     def is_prefill(self) -> bool:
@@ -62,7 +67,6 @@ class Request:
             self.first_token_s = now_s
         else:
             gap = now_s - self.last_token_s
-            self.itl_sum_s += gap
             self.itl_sq_sum_s2 += gap * gap
             if gap > self.max_itl_s:
                 self.max_itl_s = gap

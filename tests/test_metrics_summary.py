@@ -189,7 +189,7 @@ def _requests_from_vllm_result(result: dict) -> list[Request]:
         r = Request(i, start, n_in, n_out, status=RequestStatus.FINISHED,
                     num_output_tokens=n_out, first_token_s=start + ttft,
                     last_token_s=start + latency, finish_s=start + latency,
-                    itl_gaps_s=list(itls), itl_sum_s=sum(itls),
+                    itl_gaps_s=list(itls),
                     itl_sq_sum_s2=sum(g * g for g in itls), max_itl_s=max(itls, default=0.0))
         requests.append(r)
     return requests

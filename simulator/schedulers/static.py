@@ -81,6 +81,6 @@ class StaticScheduler(Scheduler):
         if self.options.variant == "hf" and not self.running:
             for request in self.batch_members:  # non-streaming: everything returns at batch end
                 request.first_token_s = request.last_token_s = request.finish_s = now_s
-                request.itl_sum_s = request.itl_sq_sum_s2 = request.max_itl_s = 0.0
+                request.itl_sq_sum_s2 = request.max_itl_s = 0.0
                 if request.itl_gaps_s is not None:
                     request.itl_gaps_s.clear()   # one response chunk: no inter-token gaps
