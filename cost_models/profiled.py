@@ -3,8 +3,15 @@
     step = num_layers x (layer ops(tokens) + attention(step) + 2 x all-reduce(tokens x hidden))
          + whole-model ops(tokens) + lm_head and sampler(sampled rows) + step_overhead_s
 
-Kernel profiles contain no CPU work, so ``step_overhead_s`` (scheduling, input preparation,
-launches) is an explicit term whose value and source the profile file records.
+Kernel profiles contain no CPU work and no gaps between kernels, so ``step_overhead_s`` is the
+explicit term for the engine time per step that is not kernel time: the CPU work (scheduling, input
+preparation, output processing, kernel launches) where it is not hidden under the GPU's work. How
+much is hidden depends on the engine: with vLLM's async scheduling the CPU work of step k+1 runs
+while the GPU runs step k, and CUDA-graph replay launches a whole decode step at once, so only the
+part of the CPU time longer than the GPU step adds (none for the LLMServingSim profiles' GPUs and
+models: the GPU step is >= 11 ms there); a synchronous or eager engine adds all of it. The profile
+file's ``step_overhead`` block records the value, the mechanism and its source; a scenario can
+override it with ``cost_model.step_overhead_s``.
 
 Attention comes from a profiled grid of one layer (LLMServingSim: one prefill chunk on cached
 context plus n decodes of equal context) or, where the source has none (Vidur), from the roofline.
@@ -13,10 +20,20 @@ the extra time decodes add to a prefill step at no cached context, X(chunk, n, c
 step costs ``base + ((P - base)^p + X^p)^(1/p)``: the two parts run in one kernel launch and overlap
 partly, p fitted on the profile. Several prefill chunks add their P above the base; decodes enter
 with their mean context (their KV reads add up, so the mean times n is the total).
+
+Decodes of unequal context are slower than n decodes at their mean: the attention kernel gives each
+sequence its own thread blocks, so a long one keeps some SMs busy after the rest finish. Where the
+profile measured such batches (LLMServingSim's skew sweep, ``meta.yaml`` ``skew_fit``), the
+attention is ``t(mean) + alpha x (t(max) - t(mean))``, t looked up with every decode at the mean or
+at the longest context, alpha the profile's fitted value (``decode_skew``; 0 where not measured).
+
+The grids interpolate linearly in each axis's own value, not in log2: attention work is affine in
+the KV tokens and in the sequences between grid points, and on a doubling grid log-axis
+interpolation over-predicts mid-octave by up to 6% (leave-one-out on the RTX PRO 6000 decode grid:
+linear within 1% for n >= 16, log2 2-6% high).
 """
 from __future__ import annotations
 
-import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
@@ -54,11 +71,12 @@ def log_axis(values) -> np.ndarray:
 
 
 class GridTable:
-    """Multilinear interpolation on a product grid in log_axis coordinates; proportional past the ends."""
+    """Multilinear interpolation on a product grid, linear in each axis's value (see the module
+    docstring); flat below the first point, proportional past the last."""
 
     def __init__(self, axes: list, values):
         self.axes = [np.asarray(a, float) for a in axes]
-        self.coords = [log_axis(a).tolist() for a in self.axes]
+        self.coords = [a.tolist() for a in self.axes]
         self._ends = [(float(a[0]), float(a[-1])) for a in self.axes]
         self.values = np.asarray(values, float)
         if self.values.shape != tuple(len(a) for a in self.axes) or not np.isfinite(self.values).all():
@@ -72,7 +90,7 @@ class GridTable:
             if v > last:
                 scale *= v / last if last > 0 else 1.0
                 v = last
-            u = math.log2(max(v, first) + 1)
+            u = max(v, first)
             i = min(max(bisect_right(coord, u) - 1, 0), len(coord) - 2)
             weights.append((i, (u - coord[i]) / (coord[i + 1] - coord[i])))
         return scale * _blend(self._nested, weights)
@@ -107,11 +125,21 @@ class AttentionGrid:
     mixed: GridTable     # (chunk, n_decode, context): what decodes add to a prefill on no context
     base_s: float
     exponent: GridTable  # (chunk, n_decode) -> overlap exponent p
+    decode_skew: float = 0.0  # alpha of t(mean) + alpha (t(max) - t(mean)) for unequal decode contexts
 
-    def time_s(self, new: np.ndarray, ctx: np.ndarray, counts: tuple) -> float:
-        num_decodes, decode_ctx = counts[2], counts[1]
+    def time_s(self, new: np.ndarray, ctx: np.ndarray, counts: tuple, longest_decode: int = 0) -> float:
+        """``longest_decode``: the longest context among the step's decodes (0: no skew term)."""
+        num_decodes = counts[2]
+        mean_s = self._at(new, ctx, counts, counts[1] / num_decodes if num_decodes else 0.0)
+        if self.decode_skew and num_decodes > 1 and longest_decode * num_decodes > counts[1]:
+            return mean_s + self.decode_skew * (self._at(new, ctx, counts, longest_decode) - mean_s)
+        return mean_s
+
+    def _at(self, new: np.ndarray, ctx: np.ndarray, counts: tuple, decode_context: float) -> float:
+        """The step's attention with every decode at ``decode_context``."""
+        num_decodes = counts[2]
         if counts[5] == 0:
-            return self.decode(num_decodes, decode_ctx / num_decodes) if num_decodes else 0.0
+            return self.decode(num_decodes, decode_context) if num_decodes else 0.0
         if counts[5] == 1:  # one chunk, the usual case: no boolean indexing
             at = int(np.argmax(new))
             chunks, cached = [int(new[at])], [int(ctx[at])]
@@ -121,7 +149,7 @@ class AttentionGrid:
         above = sum(self.prefill(c, k) - self.base_s for c, k in zip(chunks, cached))
         if not num_decodes:
             return self.base_s + above
-        extra = max(self.mixed(sum(chunks), num_decodes, decode_ctx / num_decodes), 0.0)
+        extra = max(self.mixed(sum(chunks), num_decodes, decode_context), 0.0)
         p = self.exponent(sum(chunks), num_decodes)
         return self.base_s + (max(above, 0.0) ** p + extra ** p) ** (1 / p)
 
@@ -132,10 +160,10 @@ class AttentionGrid:
                 "mixed": self.mixed.to_json(_MIXED_AXES)}
 
     @classmethod
-    def from_json(cls, d: dict) -> "AttentionGrid":
+    def from_json(cls, d: dict, decode_skew: float = 0.0) -> "AttentionGrid":
         return cls(GridTable.from_json(d["prefill"], _PREFILL_AXES), GridTable.from_json(d["decode"], _DECODE_AXES),
                    GridTable.from_json(d["mixed"], _MIXED_AXES), float(d["base_s"]),
-                   GridTable.from_json(d["exponent"], _EXPONENT_AXES, "p"))
+                   GridTable.from_json(d["exponent"], _EXPONENT_AXES, "p"), float(decode_skew))
 
 
 class RooflineAttention:
@@ -144,7 +172,7 @@ class RooflineAttention:
     def __init__(self, roofline):
         self._k = roofline._k  # the roofline's per-rank constants: seconds per pair, per KV token, ...
 
-    def time_s(self, new: np.ndarray, ctx: np.ndarray, counts: tuple) -> float:
+    def time_s(self, new: np.ndarray, ctx: np.ndarray, counts: tuple, longest_decode: int = 0) -> float:
         k = self._k
         tokens, decode_ctx, num_decodes, pairs, prefill_ctx = counts[:5]
         decode_pairs = decode_ctx + num_decodes
@@ -182,7 +210,8 @@ class TableCostModel:
             return self.step_overhead_s
         if not self._warned[0]:
             self.fitted_range.warn_once(self.name, shape, counts, self._warned)
-        return self._time_s(counts, shape.new_tokens, shape.context_tokens)
+        longest = _longest_decode(shape, counts) if getattr(self.attention, "decode_skew", 0.0) else 0
+        return self._time_s(counts, shape.new_tokens, shape.context_tokens, longest)
 
     def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
         """An all-decode step (see RooflineCostModel.decode_step_time_s); the attention terms of
@@ -190,11 +219,11 @@ class TableCostModel:
         counts = decode_counts(num_seqs, context_sum)
         if not self._warned[0]:
             self.fitted_range.warn_once(self.name, None, counts, self._warned, longest + 1)
-        return self._time_s(counts, None, None)
+        return self._time_s(counts, None, None, longest)
 
-    def _time_s(self, counts: tuple, new, ctx) -> float:
+    def _time_s(self, counts: tuple, new, ctx, longest_decode: int) -> float:
         tokens = counts[0]
-        attention = self.attention.time_s(new, ctx, counts)
+        attention = self.attention.time_s(new, ctx, counts, longest_decode)
         per_layer = self.layer(tokens)
         if self.allreduce is not None:
             per_layer += 2 * self.allreduce(tokens * self.allreduce_bytes_per_token)
@@ -209,3 +238,12 @@ class TableCostModel:
             time_s += self.sequence(num_sampled) if self.sequence is not None \
                 else self.attention.sampling_s(num_sampled)
         return float(time_s)
+
+
+def _longest_decode(shape: BatchShape, counts: tuple) -> int:
+    """The longest context among the decodes (for the skew term; 0 with fewer than two)."""
+    if counts[2] < 2:
+        return 0
+    if counts[2] == counts[7]:  # all-decode: the whole array
+        return int(shape.context_tokens.max())
+    return int(shape.context_tokens[shape.is_decode].max())

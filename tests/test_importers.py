@@ -76,3 +76,7 @@ def test_llmservingsim_folder_reads_both_tp_degrees_and_counts_layernorm_twice()
     assert set(tp1.model_ops) == {"embedding", "final_layernorm"}
     assert tp1.layer_ops["layernorm"][1][0] == pytest.approx(2 * 2.416e-6)  # 2.416 us, twice per layer
     assert len(tp1.attention[0]) == 19364
+    # meta.yaml skew_fit.per_tp: alpha_default 0.0543 (tp 1), 0.0654 (tp 2); the RTX 4090 has no skew sweep
+    assert tp1.notes["decode_skew"]["alpha_by_tp"] == {"1": 0.0543, "2": 0.0654}
+    rtx4090 = REFERENCE / "llmservingsim/profiles/RTX4090/meta-llama/Llama-3.1-8B/bf16"
+    assert "decode_skew" not in read_llmservingsim(rtx4090)[0].notes

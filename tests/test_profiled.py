@@ -28,7 +28,8 @@ def test_table_interpolates_linearly_is_flat_below_and_proportional_above():
 def test_grid_table_is_exact_on_grid_points_and_blends_between():
     grid = GridTable([[0, 1, 3], [1, 3]], [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
     assert grid(1, 3) == 4.0 and grid(0, 1) == 1.0
-    assert grid(1, 2) == pytest.approx(3.0 + (np.log2(3) - 1) / (2 - 1))  # log2(v+1) coordinates
+    assert grid(1, 2) == pytest.approx(3.5)      # linear in each axis's own value
+    assert grid(2, 1) == pytest.approx(4.0)      # halfway from 1 to 3 on the first axis
     assert grid(3, 6) == pytest.approx(6.0 * 2)  # proportional past the last context
 
 
@@ -79,8 +80,42 @@ def test_step_overhead_option_replaces_the_profiles_overhead():
     spec, hw = load_model("llama-3.1-8b"), load_hardware("rtx-pro-6000")
     shape = BatchShape.of([1] * 4, [256] * 4)
     base = make_cost_model("profiled", {"profile": "rtx-pro-6000-llama-3.1-8b"}, spec, hw, 1)
-    zero = make_cost_model("profiled", {"profile": "rtx-pro-6000-llama-3.1-8b", "step_overhead_s": 0.0}, spec, hw, 1)
-    assert base.step_time_s(shape) - zero.step_time_s(shape) == pytest.approx(2e-3)
+    two = make_cost_model("profiled", {"profile": "rtx-pro-6000-llama-3.1-8b", "step_overhead_s": 2e-3}, spec, hw, 1)
+    assert two.step_time_s(shape) - base.step_time_s(shape) == pytest.approx(2e-3)
+
+
+@pytest.mark.parametrize("name", ["rtx-4090-llama-3.1-8b", "rtx-pro-6000-llama-3.1-8b", "rtx-pro-6000-qwen3-32b"])
+def test_vllm_kernel_profiles_state_their_overlapped_cpu_overhead(name):
+    block = json.loads((PROFILES_DIR / f"{name}.json").read_text())["step_overhead"]
+    assert block["seconds"] == 0.0       # async scheduling hides vLLM's CPU work under a >= 11 ms GPU step
+    assert "async" in block["mechanism"] and "shortest GPU step" in block["mechanism"]
+    assert set(block["components"]) >= {"scheduling_input_preparation_output_processing", "kernel_launches",
+                                         "sampling", "cuda_graph_vs_eager"}
+
+
+def _skewed_model():
+    spec, hw = load_model("llama-3.1-8b"), load_hardware("rtx-pro-6000")
+    return make_cost_model("profiled", {"profile": "rtx-pro-6000-llama-3.1-8b"}, spec, hw, 1)
+
+
+def test_unequal_decode_contexts_add_alpha_of_the_gap_to_the_longest():
+    model = _skewed_model()
+    grid = model.attention
+    assert grid.decode_skew == pytest.approx(0.0543)        # meta.yaml skew_fit, tp 1
+    uniform = BatchShape.of([1] * 8, [1000] * 8)
+    skewed = BatchShape.of([1] * 8, [300] * 7 + [5900])      # same mean context, 1000
+    mean_s, max_s = grid.decode(8, 1000.0), grid.decode(8, 5900.0)
+    extra_s = model.step_time_s(skewed) - model.step_time_s(uniform)
+    assert extra_s == pytest.approx(model.num_layers * 0.0543 * (max_s - mean_s), rel=1e-9)
+    mixed = BatchShape.of([512] + [1] * 8, [0] + [300] * 7 + [5900])
+    assert model.step_time_s(mixed) > model.step_time_s(BatchShape.of([512] + [1] * 8, [0] + [1000] * 8))
+
+
+def test_decode_fast_path_prices_skew_like_the_shape_path():
+    model = _skewed_model()
+    ctx = [300, 900, 2000, 4100]
+    shape_s = model.step_time_s(BatchShape.of([1] * 4, ctx))
+    assert model.decode_step_time_s(4, sum(ctx), max(ctx)) == shape_s
 
 
 def test_shape_outside_fitted_range_warns_once_per_model_naming_the_shape():

@@ -51,7 +51,26 @@ def _read_tp(tp_dir: Path, meta_path: Path, meta: dict, model: str, hardware: st
                     {str(p): sha256_of(p) for p in paths})
     return OperatorTables(source, model, hardware, tp, layer_ops, model_ops, _op_tables(seq_path, "sequences"),
                           attention=_attention(attn_path) if attn_path.is_file() else None,
-                          notes={"layer_op_repeats": LAYER_OP_REPEATS})
+                          notes={"layer_op_repeats": LAYER_OP_REPEATS, **_decode_skew(meta)})
+
+
+def _decode_skew(meta: dict) -> dict:
+    """The profile's own fit of decodes with unequal contexts, where it ran one (``skew_fit``).
+
+    Its per-bucket table (tpN/skew_fit.csv) is not part of the profile folder we read, so the
+    pooled value ``alpha_default`` is taken: attention = t(mean) + alpha (t(max) - t(mean))
+    (cost_models/profiled.py). An empty dict where the profile has no skew sweep.
+    """
+    fit = meta.get("skew_fit") or {}
+    entries = {str(tp): e for tp, e in (fit.get("per_tp") or {}).items()
+               if isinstance(e, dict) and e.get("alpha_default") is not None}
+    if not fit.get("enabled") or not entries:
+        return {}
+    return {"decode_skew": {
+        "alpha_by_tp": {tp: float(e["alpha_default"]) for tp, e in entries.items()},
+        "source": "meta.yaml skew_fit.per_tp[tp].alpha_default: the pooled alpha the profiler fitted to its "
+                  "heterogeneous-decode sweep, (t_skew - t_mean) / (t_max - t_mean)",
+        "method": str(next(iter(entries.values())).get("method", ""))}}
 
 
 def _op_tables(path: Path, x_column: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:

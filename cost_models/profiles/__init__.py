@@ -80,13 +80,21 @@ def _tables(data: dict, tp: int, step_overhead_s: float | None) -> TableCostMode
     def table(name: str, x_name: str) -> Table1D | None:
         entry = section.get(name)
         return Table1D(entry[x_name], entry["seconds"]) if entry else None
+    grid = AttentionGrid.from_json(attention, _decode_skew(data, tp)) if attention["kind"] == "grid" else None
     return TableCostModel(
         num_layers=int(data["num_layers"]), layer=table("layer", "tokens"), whole_model=table("whole_model", "tokens"),
         sequence=table("sequence", "sequences"),
-        attention=AttentionGrid.from_json(attention) if attention["kind"] == "grid" else roofline,
+        attention=grid or roofline,
         step_overhead_s=float(overhead), allreduce=table("allreduce", "bytes"),
         allreduce_bytes_per_token=float(section.get("allreduce_bytes_per_token", 0.0)),
         fitted_range=FittedRange.from_json(section["fitted_range"]), name=data["name"])
+
+
+def _decode_skew(data: dict, tp: int) -> float:
+    """alpha of the unequal-context decode term (cost_models/profiled.py), as the importer read it
+    from the profile's own measurements; 0 where the profile has none."""
+    skew = data.get("importer_notes", {}).get("decode_skew") or {}
+    return float(skew.get("alpha_by_tp", {}).get(str(tp), 0.0))
 
 
 def build_profiled(options: dict, model, hardware, tensor_parallel_size: int) -> StepCostModel:
