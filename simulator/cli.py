@@ -43,14 +43,17 @@ def main() -> None:
 
 @main.command()
 @scenario_arguments
+@click.option("--scheduler", "schedulers", multiple=True, metavar="NAME",
+              help="Run only this scheduler of the file (its name or preset; repeatable).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
-def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...], no_plots: bool) -> None:
+def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
+        schedulers: tuple[str, ...], no_plots: bool) -> None:
     """Run every scheduler of SCENARIO_FILE on the same workload and write results."""
     from simulator.progress import NoProgressError
     from simulator.run_command import run_scenario_file
     from simulator.scenario import ScenarioError
     try:
-        run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots)
+        run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots, schedulers=schedulers)
     except (ScenarioError, NoProgressError) as exc:
         fail(str(exc))
 

@@ -19,9 +19,11 @@ TABLE_COLUMNS = (  # (header, summary key, format)
 )
 
 
-def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool = True) -> list:
+def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool = True,
+                      schedulers: tuple[str, ...] = ()) -> list:
+    """``schedulers``: labels to run (default: all of the file's, in file order)."""
     scenario = load_scenario(path, overrides)
-    prepared = prepare(scenario)        # every impossible setup fails here, before any output
+    prepared = prepare(scenario, schedulers)   # every impossible setup fails here, before any output
     out_dir = out_dir or Path("results") / scenario.name
     click.echo(f"{scenario.name}: {len(prepared.trace)} requests, {prepared.model.name} on "
                f"{prepared.hardware.name} x{scenario.engine.tensor_parallel_size}, "

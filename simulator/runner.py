@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -48,8 +49,12 @@ def _user_error(exc: Exception) -> ScenarioError:
     return ScenarioError(str(exc).split("\n")[0])
 
 
-def prepare(scenario: Scenario) -> Prepared:
-    """Resolve catalogs, KV capacity and the workload; raise ScenarioError for impossible setups."""
+def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
+    """Resolve catalogs, KV capacity and the workload; raise ScenarioError for impossible setups.
+
+    ``schedulers``: the labels to prepare (default: every scheduler of the file), in file order.
+    """
+    options = select_schedulers(scenario, schedulers)
     try:
         model, hardware = _model(scenario), load_hardware(scenario.hardware)
         tp = scenario.engine.tensor_parallel_size
@@ -57,7 +62,7 @@ def prepare(scenario: Scenario) -> Prepared:
         cost_options = {k: v for k, v in scenario.cost_model.items() if k != "kind"}
         cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
         trace = generate_workload(scenario.workload, np.random.default_rng(scenario.seed))
-        runs = [_prepare_run(scenario, model, hardware, o) for o in scenario.scheduler_options()]
+        runs = [_prepare_run(scenario, model, hardware, o) for o in options]
         prepared = Prepared(scenario, model, hardware, cost, trace, runs)
         for run in runs:
             check_requests_fit(prepared, run)
@@ -66,6 +71,18 @@ def prepare(scenario: Scenario) -> Prepared:
     except ValueError as exc:
         raise _user_error(exc) from None
     return prepared
+
+
+def select_schedulers(scenario: Scenario, labels: Sequence[str] = ()) -> list:
+    """The options of the schedulers named by ``labels`` (all when empty), in file order; an
+    unknown label is a one-line user error listing the file's labels."""
+    options = scenario.scheduler_options()
+    known = [o.label for o in options]
+    for label in labels:
+        if label not in known:
+            raise ScenarioError(f"--scheduler: {label!r} is not a scheduler of {scenario.name}; "
+                                f"one of {', '.join(known)}")
+    return [o for o in options if o.label in labels] if labels else options
 
 
 def _model(scenario: Scenario) -> ModelSpec:

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from cost_models.hardware import list_hardware
 from cost_models.model_spec import PRESETS
-from simulator.cli import main
+from simulator.cli import EXIT_USER_ERROR, main
 from simulator.schedulers.registry import preset_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,3 +158,27 @@ def test_schedulers_lists_every_scheduler_preset():
     stdout = run_cli("schedulers").stdout
     assert [line.split()[0] for line in stdout.splitlines()] == preset_names()
     assert {"static", "orca", "vllm_v0", "sarathi", "vllm_v1"} <= set(preset_names())
+
+
+def test_scheduler_option_runs_only_that_scheduler_on_the_same_workload(tmp_path: Path):
+    run_toy(tmp_path / "all")
+    result = run_cli("run", str(TOY), "-o", str(tmp_path / "one"), "--no-plots", "--scheduler", "orca")
+    assert [r[0] for r in table_rows(result.stdout)] == ["orca"]
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["orca"]
+    for name in RESULT_FILES:   # the paired workload does not depend on which schedulers run
+        assert (tmp_path / "one" / "orca" / name).read_bytes() == \
+            (tmp_path / "all" / "orca" / name).read_bytes(), name
+
+
+def test_scheduler_option_repeated_keeps_the_file_order(tmp_path: Path):
+    result = run_cli("run", str(TOY), "-o", str(tmp_path / "out"), "--no-plots",
+                     "--scheduler", "orca", "--scheduler", "static")
+    assert [r[0] for r in table_rows(result.stdout)] == ["static", "orca"]
+
+
+def test_unknown_scheduler_is_one_line_listing_the_files_schedulers(tmp_path: Path):
+    out_dir = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", str(TOY), "-o", str(out_dir), "--scheduler", "vllm_v0"])
+    assert result.exit_code == EXIT_USER_ERROR
+    assert result.stderr == "error: --scheduler: 'vllm_v0' is not a scheduler of toy-unit; one of static, orca\n"
+    assert result.stdout == "" and not out_dir.exists()
