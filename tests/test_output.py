@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from simulator import output
@@ -116,3 +119,52 @@ def test_summary_of_an_empty_run_writes(tmp_path):
     assert read_csv(out / "requests.csv") == [list(REQUEST_COLUMNS)]
     assert read_csv(out / "steps.csv") == [list(STEP_COLUMNS)]
     assert not math.isnan(json.loads((out / "summary.json").read_text())["mean_ttft_ms"])
+
+
+def csv_writer_text(header, rows) -> str:
+    """What the standard csv module writes: the format csv_text must reproduce byte for byte."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows([["" if v is None else repr(float(v)) if isinstance(v, (float, np.floating))
+                       else int(v) for v in row] for row in rows])
+    return buf.getvalue()
+
+
+def test_csv_text_matches_the_csv_module_cell_for_cell():
+    rows = [[0, 0.0, None, -0.0, np.float64(0.1), np.int64(7), 1e22, 5e-324, 2 ** 62],
+            [1, 0.5, 3, 0.1 + 0.2, np.float64(-1.5), np.int64(-3), 1e-7, float("inf"), -1],
+            [2, 0, 2.5, 1.0, np.float64(1e16), np.int64(0), 123456789.125, 1.7976931348623157e308, 0]]
+    header = [f"c{i}" for i in range(len(rows[0]))]
+    columns = [list(c) for c in zip(*rows)]
+    assert output.csv_text(header, columns) == csv_writer_text(header, rows)
+    # int 0 and float 0.0 in one column keep their own text, as do -0.0 and 0.0
+    assert output.csv_text(["t"], [[0, 0.0, -0.0]]) == "t\n0\n0.0\n-0.0\n"
+
+
+def test_csv_text_of_numpy_columns_matches_the_csv_module():
+    times = np.array([0.0, 0.1, 0.30000000000000004, 0.30000000000000004, -0.0])
+    counts = np.array([3, 3, 0, -2, 3], dtype=np.int64)
+    rows = list(zip(times.tolist(), counts.tolist(), times[::-1].tolist()))
+    assert output.csv_text(["a", "b", "c"], [times, counts, times[::-1]]) == \
+        csv_writer_text(["a", "b", "c"], rows)
+
+
+def test_csv_text_refuses_a_text_cell():
+    with pytest.raises(TypeError, match="str cell"):
+        output.csv_text(["a"], [[1, "x"]])
+
+
+def test_result_files_of_a_real_run_are_what_the_csv_module_writes(tmp_path):
+    """A run whose clock starts at SimPy's int 0 (ints and floats in one time column)."""
+    from simulator.runner import prepare, simulate
+    from simulator.scenario import load_scenario
+    prepared = prepare(load_scenario(Path(__file__).parents[1] / "scenarios" / "toy_unit.yaml"))
+    run = simulate(prepared, prepared.runs[0])
+    out = write_results(tmp_path / "run", run.result.requests, run.result.step_log, run.summary)
+    requests_text = (out / "requests.csv").read_text()
+    assert requests_text == csv_writer_text(REQUEST_COLUMNS, output.request_rows(run.result.requests))
+    assert "\n0,0,0,1.0," in requests_text   # arrival and scheduling at the int 0: written as 0
+    cols = run.result.step_log.to_columns()
+    step_rows = zip(*(cols[name].tolist() for name in STEP_COLUMNS))
+    assert (out / "steps.csv").read_text() == csv_writer_text(STEP_COLUMNS, step_rows)
