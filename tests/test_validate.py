@@ -24,8 +24,8 @@ from simulator.validate.iteration_log import (bench_date_s, log_time_s, read_ite
                                               unlogged_step_time_s)
 from simulator.validate.measured import load_llmservingsim_run, load_vllm_bench
 from simulator.validate.plots import resample_steps
-from simulator.validate.rebuild import (RebuildOptions, rebuild_scenario, resolve_async_scheduling,
-                                        resolve_hardware, write_trace)
+from simulator.validate.rebuild import (RebuildOptions, rebuild_scenario, resolve_arrivals,
+                                        resolve_async_scheduling, resolve_hardware, write_trace)
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 RTX_RUN = REFERENCE / "llmservingsim" / "vllm-runs" / "RTXPRO6000-Llama-3.1-8B"
@@ -160,6 +160,14 @@ def test_rebuilt_bench_scenario_copies_the_cpu_engine_and_can_close_the_loop(tmp
     ("auto", {}, None)])
 def test_async_scheduling_auto_follows_the_recorded_vllm(mode, engine, expected):
     assert resolve_async_scheduling(mode, engine)[0] is expected
+
+
+@needs_reference
+def test_arrivals_auto_closes_the_loop_only_for_a_bench_run_with_max_concurrency():
+    bench = load_vllm_bench(CPU / "run2_c4_n64_in256_out128.json")
+    assert bench.max_concurrency == 4 and resolve_arrivals(bench, "auto") == "closed-loop"
+    assert resolve_arrivals(bench, "replay") == "replay"
+    assert resolve_arrivals(load_llmservingsim_run(RTX_RUN), "auto") == "replay"   # open loop, no semaphore
 
 
 # -- comparing ------------------------------------------------------------------------------------

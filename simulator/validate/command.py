@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 ASYNC_MODES = ("on", "off", "auto")
-ARRIVAL_MODES = ("replay", "closed-loop")
+ARRIVAL_MODES = ("auto", "replay", "closed-loop")
 
 
 @click.command("validate")
@@ -32,8 +32,9 @@ ARRIVAL_MODES = ("replay", "closed-loop")
               help="auto: as the recorded vLLM would (off on CPU, on from vLLM 0.12, assumed).")
 @click.option("--step-overhead-ms", metavar="MS|auto",
               help="Per-step CPU overhead for the cost model; auto adds what the iteration log misses.")
-@click.option("--arrivals", type=click.Choice(ARRIVAL_MODES), default="replay", show_default=True,
-              help="replay: the engine's arrival times; closed-loop: the client's, with its max-concurrency.")
+@click.option("--arrivals", type=click.Choice(ARRIVAL_MODES), default="auto", show_default=True,
+              help="replay: the engine's arrival times; closed-loop: the client's, with its max-concurrency; "
+                   "auto: closed-loop for a bench run with --max-concurrency, else replay.")
 @click.option("--fit-scope", type=click.Choice(("run", "log")), default="run", show_default=True,
               help="With --cost-model fit: this run's steps, or the whole iteration log.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",

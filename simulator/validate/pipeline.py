@@ -21,7 +21,7 @@ from simulator.validate.cost import CostChoice, choose_cost_model
 from simulator.validate.iteration_log import unlogged_step_time_s
 from simulator.validate.measured import MeasuredRun, load_measured
 from simulator.validate.rebuild import (TRACE_FILE, RebuildOptions, arrivals_note, rebuild_scenario,
-                                        resolve_hardware, resolve_model, write_trace)
+                                        resolve_arrivals, resolve_hardware, resolve_model, write_trace)
 
 VALIDATION_JSON, SCENARIO_YAML, SIMULATED_DIR = "validation.json", "scenario.yaml", "simulated"
 
@@ -39,7 +39,7 @@ class ValidateRequest:
     gpu_memory_utilization: float | None = None
     async_scheduling: str = "auto"
     step_overhead_ms: str | None = None  # a number of ms or 'auto'
-    arrivals: str = "replay"
+    arrivals: str = "auto"                # replay | closed-loop | auto (rebuild.resolve_arrivals)
     fit_scope: str = "run"
     overrides: tuple[str, ...] = ()
     plots: bool = True
@@ -63,15 +63,16 @@ def run_validation(request: ValidateRequest) -> Validation:
     model = resolve_model(measured, request.model)
     cost = choose_cost_model(request.cost_model, measured, out_dir, model, request.step_overhead_ms,
                              request.fit_scope)
+    arrivals = resolve_arrivals(measured, request.arrivals)
     options = RebuildOptions(cost.block, resolve_hardware(measured, request.hardware, cost.hardware), model,
                              request.num_gpu_blocks, request.gpu_memory_utilization,
-                             request.async_scheduling, request.arrivals)
-    trace = write_trace(measured, out_dir / TRACE_FILE, request.arrivals).resolve()
+                             request.async_scheduling, arrivals)
+    trace = write_trace(measured, out_dir / TRACE_FILE, arrivals).resolve()
     raw, notes = rebuild_scenario(measured, options, trace)
     raw = apply_overrides(raw, request.overrides)
     prepared = prepare(validate_scenario(raw))
     output = simulate(prepared, prepared.runs[0])
-    notes = list(measured.notes) + [arrivals_note(measured, request.arrivals)] + notes + cost.notes \
+    notes = list(measured.notes) + [arrivals_note(measured, arrivals)] + notes + cost.notes \
         + _gap_note(measured)
     if "num_gpu_blocks" not in raw["engine"]:
         notes.append(f"KV cache: {output.num_gpu_blocks} blocks derived from GPU memory at "
