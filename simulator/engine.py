@@ -136,37 +136,41 @@ class Simulation:
                                  batch.num_preempted)
             watchdog.observe(shape.num_sampled, batch.num_preempted, scheduler)
             if finished:
-                self._on_finished(finished)
+                self._on_finished(finished, env.now)
             if self.on_step is not None:
                 self.on_step(replica, batch, shape)
             if fast_forward:
                 yield from self._decode_run(scheduler, watchdog)
 
     def _decode_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog):
-        """Advance the coming identical decode steps in one event, when that is exact."""
+        """Advance the coming decode steps in one event, when that is exact."""
         if self.next_arrival_s <= self.env.now:
             return  # a request arrives before the next step: no run to advance (cheap check first)
-        max_steps = scheduler.decode_horizon()
-        if max_steps <= 0:
+        steps_to_finish = scheduler.steps_to_finish()
+        if steps_to_finish is None:
             return
+        # Past a finish only if it cannot let anyone in: nobody waits and no closed-loop
+        # client is waiting for a free slot to send.
+        through = (scheduler.decode_runs_through_finishes and not scheduler.waiting
+                   and self.max_concurrency is None)
         start_s = self.env.now
-        run = plan_decode_run(scheduler, self.cost_model, start_s, max_steps, self.next_arrival_s)
+        run = plan_decode_run(scheduler, self.cost_model, start_s, steps_to_finish,
+                              self.next_arrival_s, through)
         delay = run and delay_reaching(start_s, run.end_s[-1])
         if delay is None:
             return  # no exact single delay: let the next steps run one by one
         waiting_before = len(scheduler.waiting)
         yield self.env.timeout(delay)
-        apply_decode_run(scheduler, run, start_s)
-        n_rows = len(scheduler.running) + getattr(scheduler, "num_padding_rows", 0)
-        num_running, step_start_s = len(scheduler.running), start_s
-        for i, (end_s, usage) in enumerate(zip(run.end_s, run.kv_usage)):
+        steps = apply_decode_run(scheduler, run, self._on_finished)
+        step_start_s, last = start_s, run.num_steps - 1
+        for i, (end_s, n_rows) in enumerate(zip(run.end_s, run.num_rows)):
             # Arrivals can only land during the last step (plan_decode_run stops before a step
             # that starts at or after one), so earlier rows saw the queue as it was.
-            num_waiting = len(scheduler.waiting) if i == run.num_steps - 1 else waiting_before
-            self.step_log.append(step_start_s, end_s, n_rows, 0, n_rows, n_rows, 0, num_running,
-                                 num_waiting, usage, 0)
+            num_waiting = len(scheduler.waiting) if i == last else waiting_before
+            self.step_log.append(step_start_s, end_s, n_rows, 0, n_rows, n_rows, 0,
+                                 steps.num_running[i], num_waiting, steps.kv_usage[i], 0)
             step_start_s = end_s
-        watchdog.observe(num_running, 0, scheduler)
+        watchdog.observe(run.num_rows[-1], 0, scheduler)
 
     def _idle(self, replica: Replica):
         scheduler = replica.scheduler
@@ -180,13 +184,13 @@ class Simulation:
         yield self.env.any_of(events)
         replica.wakeup = None
 
-    def _on_finished(self, finished: list[Request]) -> None:
+    def _on_finished(self, finished: list[Request], now_s: float) -> None:
         self.num_finished += len(finished)
         self.num_in_flight -= len(finished)
-        self.last_finish_s = self.env.now
+        self.last_finish_s = now_s
         if self.slot_freed is not None and not self.slot_freed.triggered:
             self.slot_freed.succeed()
-            self.next_arrival_s = self.env.now  # the blocked client sends now
+            self.next_arrival_s = now_s  # the blocked client sends now
 
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> SimulationResult:

@@ -1,18 +1,27 @@
-"""Advance several identical decode steps in one event, with results equal to stepping one by one.
+"""Advance several decode steps in one event, with results equal to stepping one by one.
 
-When every running request is decoding, no admission can happen, nobody finishes, no arrival comes
-before a step starts and the free blocks cover every new block, the next steps differ only in
-their contexts (each +1 per step). The engine then computes those steps' durations with the cost
-model, logs each step, and updates each request once. Step times are accumulated step by step as
-SimPy would, and the cost models price a decode step by the same formula on both paths
-(``decode_step_time_s``), so the output files are byte-identical; tests/test_fast_forward.py
-checks that. The one exception is each request's sum of squared gaps (std ITL when gaps are not
-kept), grouped per run here: equal to about 1e-15 relative.
+When every running request is decoding and no request can be admitted, the coming steps differ
+only in their contexts (each +1 per step) and in who has left: a request leaves at the end of the
+step that emits its last token. The engine then plans the run (durations from the cost model,
+blocks by arithmetic), sleeps once, and replays the run's few events in step order: new blocks
+(in the order single steps would take them, which decides what a prefix cache evicts later) and
+finishes (freeing blocks, as single steps would). Every other request is updated once.
+
+A run stops before a step that would start at or after the next arrival, or that could need more
+blocks than are free; it stops after the first finish when that could let a request in (someone
+waits, or a closed-loop client sends at once) or when the policy has its own finish rules.
+
+Step times are accumulated step by step as SimPy would, and the cost models price a decode step
+by the same formula on both paths (``decode_step_time_s``), so the output files are
+byte-identical; tests/test_fast_forward.py checks that on random scenarios. The one exception is
+each request's sum of squared gaps (std ITL when gaps are not kept), grouped per run here: equal
+to about 1e-15 relative.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
@@ -22,127 +31,166 @@ from simulator.kv_cache import KVCache
 
 @dataclass
 class DecodeRun:
-    """The plan for m identical decode steps starting at ``start_s``."""
+    """The plan for m decode steps starting at ``start_s``."""
     end_s: list[float]          # end time of each step (accumulated like SimPy's clock)
-    kv_usage: list[float]       # usage logged after each step
+    num_rows: list[int]         # rows each step computes (padding included)
+    last_step: np.ndarray       # per running request: the 0-based step that emits its last token
+    first_new_block: np.ndarray  # per running request: the step at which it next needs a block
 
     @property
     def num_steps(self) -> int:
         return len(self.end_s)
 
 
-def plan_decode_run(scheduler, cost_model, start_s: float, max_steps: int,
-                    next_arrival_s: float) -> DecodeRun | None:
-    """Up to ``max_steps`` steps, stopping before a step that would start at or after the next
-    arrival or would need more blocks than are free.
-
-    Costs O(steps) scalar work for the durations and O(requests + new blocks) numpy work for the
-    blocks: decode steps are priced from (rows, total context) alone, and each request's new
-    blocks fall at fixed steps (its first free slot runs out, then every block_size steps).
-    """
+def plan_decode_run(scheduler, cost_model, start_s: float, steps_to_finish: list[int],
+                    next_arrival_s: float, through_finishes: bool) -> DecodeRun | None:
+    """The longest exact run from ``start_s`` (None if not even one step is)."""
     running, kv = scheduler.running, scheduler.kv
     n = len(running)
     context = np.fromiter((r.num_computed_tokens for r in running), np.int64, n)
-    ends = _decode_step_ends(cost_model, context, getattr(scheduler, "num_padding_rows", 0),
-                             start_s, max_steps, next_arrival_s)
+    last_step = np.array(steps_to_finish, np.int64) - 1
+    max_steps = int(last_step.max() if through_finishes else last_step.min()) + 1
+    ends, rows = _step_ends(cost_model, context, last_step, getattr(scheduler, "num_padding_rows", 0),
+                            start_s, max_steps, next_arrival_s)
     if not ends:
         return None
     held = np.fromiter((kv.num_blocks_of(r) for r in running), np.int64, n)
     bs, free = kv.block_size, kv.num_free_blocks
     # Step i (0-based) computes the token at position context + i: a request needs its next
-    # block at the step first = held * block_size - context, then every block_size steps.
+    # block at the step first = held * block_size - context, then every block_size steps, while
+    # it runs. Blocks freed by finishes are not counted: the run only stops earlier for it.
     first = held * bs - context
     m = len(ends)
-    per_request = np.maximum(0, -(-(m - first) // bs))
+    per_request = np.maximum(0, -(-(np.minimum(m, last_step + 1) - first) // bs))
     num_new = int(per_request.sum())
-    new_by_step = np.zeros(m, np.int64)
-    if num_new:
+    if num_new > free:  # stop before the first step that could need more blocks than are free
         offsets = np.arange(num_new) - np.repeat(np.cumsum(per_request) - per_request, per_request)
         new_by_step = np.bincount(np.repeat(first, per_request) + bs * offsets, minlength=m)
-    new_so_far = np.cumsum(new_by_step)
-    if num_new > free:  # stop before the first step that needs more blocks than are free
-        m = int(np.searchsorted(new_so_far, free, side="right"))
+        m = int(np.searchsorted(np.cumsum(new_by_step), free, side="right"))
         if m == 0:
             return None
-        del ends[m:]
-    usages = (1.0 - (free - new_so_far[:m]) / kv.num_total_blocks).tolist()
-    return DecodeRun(ends, usages)
+        del ends[m:], rows[m:]
+    return DecodeRun(ends, rows, last_step, first)
 
 
-def _decode_step_ends(cost_model, context: np.ndarray, pad: int, start_s: float, max_steps: int,
-                      next_arrival_s: float) -> list[float]:
-    """End times of up to ``max_steps`` decode steps, each context one longer than the last."""
-    rows = len(context) + pad
-    longest = int(context.max())
-    context_sum = int(context.sum()) + pad * longest    # padded rows sit at the longest context
+def _step_ends(cost_model, context: np.ndarray, last_step: np.ndarray, pad: int, start_s: float,
+               max_steps: int, next_arrival_s: float) -> tuple[list[float], list[int]]:
+    """End times and row counts of up to ``max_steps`` steps; a request's row goes after its
+    last step. Padded rows (static HF batching) sit at the longest context."""
+    order = np.argsort(last_step, kind="stable")
+    leave_steps = last_step[order].tolist()
+    leave_ctx = context[order].tolist()
+    longest_from = list(accumulate(reversed(leave_ctx), max))[::-1]  # longest of order[k:]
     price = getattr(cost_model, "decode_step_time_s", None)
-    if price is None:  # a plug-in model with only step_time_s: price each step's shape
-        ones, samples = np.ones(len(context), np.int64), np.ones(len(context), bool)
-
-        def price(num_rows, ctx_sum, longest_ctx):
-            return cost_model.step_time_s(BatchShape(ones, context + (longest_ctx - longest), samples)
-                                          .with_padding_rows(pad))
-    ends, now_s = [], start_s
+    ends, rows_by_step = [], []
+    now_s, left, rows, context_sum = start_s, 0, len(leave_ctx), sum(leave_ctx)
     for i in range(max_steps):
         if now_s >= next_arrival_s:
             break
-        now_s = now_s + price(rows, context_sum + i * rows, longest + i)
+        while leave_steps[left] < i:   # rows whose last step has passed
+            context_sum -= leave_ctx[left]
+            rows -= 1
+            left += 1
+        longest = longest_from[left] + i
+        num_rows = rows + pad
+        if price is not None:
+            now_s = now_s + price(num_rows, context_sum + i * rows + pad * longest, longest)
+        else:  # a plug-in model with only step_time_s: the step's exact shape
+            alive = context[last_step >= i] + i
+            shape = BatchShape(np.ones(rows, np.int64), alive, np.ones(rows, bool))
+            now_s = now_s + cost_model.step_time_s(shape.with_padding_rows(pad))
         ends.append(now_s)
-    return ends
+        rows_by_step.append(num_rows)
+    return ends, rows_by_step
 
 
-def apply_decode_run(scheduler, run: DecodeRun, start_s: float) -> None:
-    """Update every running request as if it had decoded ``run.num_steps`` times.
+@dataclass
+class RunSteps:
+    """What the engine logs per step of an applied run."""
+    kv_usage: list[float]
+    num_running: list[int]
 
-    O(1) per request: the gaps after a request's first one are the same for every request, so
-    their squares are summed once. The sum of squares is the one figure not bit-identical to
-    stepping (the additions are grouped differently); the ITL sum is last - first token, exact.
+
+def apply_decode_run(scheduler, run: DecodeRun, on_finished) -> RunSteps:
+    """Replay the run: new blocks and finishes in step order, then every survivor at once.
+
+    ``on_finished(requests, now_s)`` is told of each step's finishes. O(1) per request besides
+    its events: the gaps after a request's first one are the run's step gaps, whose running sums
+    of squares and maxima are computed once.
     """
-    m = run.num_steps
-    ends = run.end_s
-    later_gaps = [b - a for a, b in zip(ends, ends[1:])]
-    max_later_gap = max(later_gaps, default=-math.inf)
-    later_sq = 0.0
-    for gap in later_gaps:
-        later_sq += gap * gap
-    last_s = ends[-1]
-    kv = scheduler.kv
-    _allocate_in_step_order(scheduler, m)
-    bs = kv.block_size
-    hashes_blocks = type(kv).allocate_up_to is not KVCache.allocate_up_to
+    m, ends, kv = run.num_steps, run.end_s, scheduler.kv
+    gaps = _RunGaps(ends)
+    running = list(scheduler.running)
+    last_step = run.last_step.tolist()
+    events = _block_events(running, run.first_new_block.tolist(), last_step, m, kv.block_size)
+    leaving: dict[int, list] = {}
+    for index, step in enumerate(last_step):
+        if step < m:
+            leaving.setdefault(step, []).append(running[index])
+    usage, num_running = [], []
+    e, total = 0, kv.num_total_blocks
+    for step in range(m):
+        while e < len(events) and events[e][0] == step:
+            _, _, request, tokens = events[e]
+            kv.allocate_up_to(request, tokens)
+            e += 1
+        finished = leaving.get(step)
+        if finished:
+            for request in finished:
+                _advance(request, step + 1, gaps, kv)
+            scheduler.finish(finished, ends[step])
+            on_finished(finished, ends[step])
+        usage.append(1.0 - kv.num_free_blocks / total)
+        num_running.append(len(scheduler.running))
     for request in scheduler.running:
+        _advance(request, m, gaps, kv)
+    return RunSteps(usage, num_running)
+
+
+def _block_events(running, first_new_block, last_step, m: int, bs: int) -> list[tuple]:
+    """(step, running index, request, tokens to hold) for each new block, in the order single
+    steps take them: step by step, running order within a step."""
+    events = []
+    for index, request in enumerate(running):
+        step, stop = first_new_block[index], min(m, last_step[index] + 1)
         computed = request.num_computed_tokens
-        request.num_computed_tokens = computed + m
-        request.num_output_tokens += m
-        if hashes_blocks and (computed + m) // bs != computed // bs:
-            # A block filled up: a prefix cache hashes exactly the blocks the single steps
-            # would have (they call the cache at every block boundary too).
-            kv.allocate_up_to(request, computed + m)
-        # The first gap runs from the request's own last token (it may have sat out a step).
-        first_gap = ends[0] - request.last_token_s
-        request.itl_sq_sum_s2 += first_gap * first_gap + later_sq
-        max_gap = first_gap if first_gap > max_later_gap else max_later_gap
-        if max_gap > request.max_itl_s:
-            request.max_itl_s = max_gap
-        if request.itl_gaps_s is not None:
-            request.itl_gaps_s.append(first_gap)
-            request.itl_gaps_s.extend(later_gaps)
-        request.last_token_s = last_s
-
-
-def _allocate_in_step_order(scheduler, m: int) -> None:
-    """Take new blocks in the order single steps would (step by step, running order within a
-    step): with prefix caching, which block a request gets decides what is evicted later."""
-    kv, bs = scheduler.kv, scheduler.kv.block_size
-    needs = []
-    for index, request in enumerate(scheduler.running):
-        computed, slots = request.num_computed_tokens, kv.num_token_slots_of(request)
-        step = slots + 1 - computed          # the step whose token needs slot `slots`
-        while step <= m:
-            needs.append((step, index, request, computed + step))
+        while step < stop:
+            events.append((step, index, request, computed + step + 1))
             step += bs
-    for _, _, request, total in sorted(needs, key=lambda t: (t[0], t[1])):
-        kv.allocate_up_to(request, total)
+    events.sort(key=lambda t: (t[0], t[1]))
+    return events
+
+
+class _RunGaps:
+    """The gaps between a run's step ends, with prefix sums of squares and prefix maxima."""
+
+    def __init__(self, ends: list[float]):
+        self.ends = ends
+        self.later = [b - a for a, b in zip(ends, ends[1:])]
+        self.sq_prefix = list(accumulate((g * g for g in self.later), initial=0.0))
+        self.max_prefix = list(accumulate(self.later, max, initial=-math.inf))
+
+
+def _advance(request, k: int, gaps: _RunGaps, kv) -> None:
+    """The request decoded the run's first k steps."""
+    computed = request.num_computed_tokens
+    request.num_computed_tokens = computed + k
+    request.num_output_tokens += k
+    bs = kv.block_size
+    if type(kv).allocate_up_to is not KVCache.allocate_up_to and (computed + k) // bs != computed // bs:
+        # A block filled up: a prefix cache hashes exactly the blocks the single steps would
+        # have (they call the cache at every block boundary too).
+        kv.allocate_up_to(request, computed + k)
+    # The first gap runs from the request's own last token (it may have sat out a step).
+    first_gap = gaps.ends[0] - request.last_token_s
+    request.itl_sq_sum_s2 += first_gap * first_gap + gaps.sq_prefix[k - 1]
+    max_gap = max(first_gap, gaps.max_prefix[k - 1])
+    if max_gap > request.max_itl_s:
+        request.max_itl_s = max_gap
+    if request.itl_gaps_s is not None:
+        request.itl_gaps_s.append(first_gap)
+        request.itl_gaps_s.extend(gaps.later[:k - 1])
+    request.last_token_s = gaps.ends[k - 1]
 
 
 def delay_reaching(now_s: float, target_s: float) -> float | None:

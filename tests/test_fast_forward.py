@@ -84,6 +84,61 @@ def test_fast_forward_equals_step_by_step_without_kept_gaps(seed):
     assert fast.summary["mean_itl_ms"] is not None and fast.summary["median_itl_ms"] is None
 
 
+def prefix_cache_scenario(seed: int) -> dict:
+    """vLLM V1 with prefix caching on prompts that share a prefix, a KV cache small enough to
+    evict and preempt: block identities (which cached block a new block evicts) must follow the
+    single steps exactly, through the finishes a run carries."""
+    rng = np.random.default_rng(1000 + seed)
+    return {"name": f"ff-prefix-{seed}", "seed": seed, "model": "llama-2-7b", "hardware": "a100-80gb",
+            "cost_model": {"kind": "roofline"},
+            "engine": {"num_gpu_blocks": int(rng.integers(24, 60)), "max_model_len": 256, "block_size": 8},
+            "workload": {"arrival": {"kind": "poisson", "rate": float(rng.uniform(2, 60))},
+                         "lengths": {"kind": "vllm_random", "input_len": int(rng.integers(8, 40)),
+                                     "output_len": int(rng.integers(4, 60)), "range_ratio": 0.5,
+                                     "prefix_len": int(rng.choice([0, 8, 20])), "vocab_size": 7},
+                         "num_requests": int(rng.integers(10, 40))},
+            "schedulers": [{"preset": "vllm_v1", "max_num_seqs": int(rng.integers(2, 9)),
+                            "max_num_batched_tokens": int(rng.integers(16, 128))}]}
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_fast_forward_equals_step_by_step_with_prefix_caching(seed):
+    prepared = prepare(validate_scenario(prefix_cache_scenario(seed)))
+    run = prepared.runs[0]
+    stepwise = simulate(prepared, run, fast_forward=False)
+    fast = simulate(prepared, run, fast_forward=True)
+    assert fingerprint(fast) == fingerprint(stepwise)
+
+
+def test_prefix_cache_scenarios_hit_evict_and_finish_inside_runs():
+    # The test above must exercise what it claims: cache hits, and runs that carry finishes.
+    from simulator import fast_forward
+    hits = finishes_in_runs = 0
+    original = fast_forward.apply_decode_run
+
+    def counting_apply(scheduler, run, on_finished):
+        nonlocal finishes_in_runs
+        finishes_in_runs += int((run.last_step < run.num_steps - 1).sum())
+        return original(scheduler, run, on_finished)
+
+    fast_forward.apply_decode_run = counting_apply
+    import simulator.engine as engine
+    engine.apply_decode_run = counting_apply
+    try:
+        for seed in range(16):
+            out = simulate(*_prepared_run(prefix_cache_scenario(seed)))
+            hits += sum(r.num_cached_tokens for r in out.result.requests)
+    finally:
+        fast_forward.apply_decode_run = original
+        engine.apply_decode_run = original
+    assert hits > 0 and finishes_in_runs > 0
+
+
+def _prepared_run(scenario: dict):
+    prepared = prepare(validate_scenario(scenario))
+    return prepared, prepared.runs[0]
+
+
 def test_fast_forward_actually_skips_events():
     # Otherwise the equality test above would pass trivially.
     import simpy

@@ -29,6 +29,9 @@ class Scheduler:
     Options: ClassVar[type]
     async_scheduling = False   # True: the engine keeps two batches in flight (semantics §1.6)
     supports_priority = False  # scheduling_policy "priority" (vLLM V1's request queue)
+    # A multi-step decode advance may carry on past a request's last step (it leaves, the rest
+    # decode on) when nothing can be admitted; False for policies with their own finish rules.
+    decode_runs_through_finishes = True
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
@@ -100,21 +103,20 @@ class Scheduler:
         Policies answer for their own admission rules; False is always safe."""
         return False
 
-    def decode_horizon(self) -> int:
-        """How many coming steps are certain to schedule exactly one decode token for every
-        running request, with no admission and no finish (0 when unsure)."""
+    def steps_to_finish(self) -> list[int] | None:
+        """For each running request, the coming step (1 = the next) that emits its last token,
+        when every running request is certain to decode one token per step until then with no
+        admission; None when unsure (someone is not decoding, or a request may be admitted)."""
         if not self.running or not self.admission_blocked():
-            return 0
-        horizon = self.max_model_len
+            return None
+        steps, max_model_len = [], self.max_model_len
         for r in self.running:
             num_tokens = r.num_prompt_tokens + r.num_output_tokens
             if r.num_computed_tokens != num_tokens - 1 or r.num_output_tokens == 0:
-                return 0  # not decoding (a 1-token last prefill chunk is not a decode)
-            steps_to_finish = min(r.max_output_tokens - r.num_output_tokens,
-                                  self.max_model_len - num_tokens)
-            if steps_to_finish < horizon:
-                horizon = steps_to_finish
-        return horizon - 1  # the step that finishes a request goes through the normal path
+                return None  # not decoding (a 1-token last prefill chunk is not a decode)
+            # rule 1.3.2 (ignore_eos): max_tokens reached, or the context is full.
+            steps.append(min(r.max_output_tokens - r.num_output_tokens, max_model_len - num_tokens))
+        return steps
 
     def max_request_tokens(self) -> int:
         """The longest prompt this policy can ever admit (impossible requests are caught up front)."""

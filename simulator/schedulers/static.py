@@ -28,6 +28,7 @@ class StaticOptions(SchedulerOptions):
 class StaticScheduler(Scheduler):
     family = "static"
     Options = StaticOptions
+    decode_runs_through_finishes = False   # a finish changes the padding and may end the batch
 
     def __init__(self, options, kv_cache, context):
         super().__init__(options, kv_cache, context)
