@@ -58,12 +58,15 @@ def fingerprint(out) -> tuple:
             summary_json(out.summary))
 
 
+def stepwise_and_fast(scenario: dict):
+    prepared = prepare(validate_scenario(scenario))
+    run = prepared.runs[0]
+    return simulate(prepared, run, fast_forward=False), simulate(prepared, run, fast_forward=True)
+
+
 @pytest.mark.parametrize("seed", range(66))
 def test_fast_forward_equals_step_by_step(seed):
-    prepared = prepare(validate_scenario(random_scenario(seed)))
-    run = prepared.runs[0]
-    stepwise = simulate(prepared, run, fast_forward=False)
-    fast = simulate(prepared, run, fast_forward=True)
+    stepwise, fast = stepwise_and_fast(random_scenario(seed))
     assert fingerprint(fast) == fingerprint(stepwise)
 
 
@@ -73,10 +76,7 @@ def test_fast_forward_equals_step_by_step_without_kept_gaps(seed):
     # gaps is grouped per run by the fast path (fast_forward.apply_decode_run), the rest is exact.
     scenario = random_scenario(seed)
     scenario["metrics"] = {"record_itl_gaps": False}
-    prepared = prepare(validate_scenario(scenario))
-    run = prepared.runs[0]
-    stepwise = simulate(prepared, run, fast_forward=False)
-    fast = simulate(prepared, run, fast_forward=True)
+    stepwise, fast = stepwise_and_fast(scenario)
     std_slow, std_fast = stepwise.summary.pop("std_itl_ms"), fast.summary.pop("std_itl_ms")
     # E[x²] - E[x]² loses ~1e-8 of the mean to cancellation on either path: compare to 1 ns.
     assert std_fast == pytest.approx(std_slow, rel=1e-9, abs=1e-6)
@@ -103,10 +103,7 @@ def prefix_cache_scenario(seed: int) -> dict:
 
 @pytest.mark.parametrize("seed", range(16))
 def test_fast_forward_equals_step_by_step_with_prefix_caching(seed):
-    prepared = prepare(validate_scenario(prefix_cache_scenario(seed)))
-    run = prepared.runs[0]
-    stepwise = simulate(prepared, run, fast_forward=False)
-    fast = simulate(prepared, run, fast_forward=True)
+    stepwise, fast = stepwise_and_fast(prefix_cache_scenario(seed))
     assert fingerprint(fast) == fingerprint(stepwise)
 
 
