@@ -6,21 +6,50 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
-from cost_models.base import StepCostModel
-from cost_models.hardware import HardwareSpec
-from cost_models.model_spec import ModelSpec
-from cost_models.profiles import build_profiled
-from cost_models.roofline import RooflineCostModel
-from cost_models.unit import UnitCostModel
+if TYPE_CHECKING:
+    from cost_models.base import StepCostModel
+    from cost_models.hardware import HardwareSpec
+    from cost_models.model_spec import ModelSpec
 
-Builder = Callable[[dict, ModelSpec, HardwareSpec, int], StepCostModel]
+Builder = Callable[[dict, "ModelSpec", "HardwareSpec", int], "StepCostModel"]
 
 
 class CostModelKind(NamedTuple):
     build: Builder
-    options: tuple[str, ...]
+    option_names: Callable[[], tuple[str, ...]]
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        return self.option_names()
+
+
+# Each kind's module is imported when that kind is used: start-up time counts (a profiled run
+# needs no roofline, a roofline run no profile tables).
+def _unit(options, model, hardware, tp):
+    from cost_models.unit import UnitCostModel
+    return UnitCostModel(**options)
+
+
+def _unit_options() -> tuple[str, ...]:
+    from cost_models.unit import UnitCostModel
+    return _init_fields(UnitCostModel)
+
+
+def _roofline(options, model, hardware, tp):
+    from cost_models.roofline import RooflineCostModel
+    return RooflineCostModel(model, hardware, tp, **options)
+
+
+def _roofline_options() -> tuple[str, ...]:
+    from cost_models.roofline import RooflineCostModel
+    return _init_fields(RooflineCostModel, exclude=_ROOFLINE_CONTEXT)
+
+
+def _profiled(options, model, hardware, tp):
+    from cost_models.profiles import build_profiled
+    return build_profiled(options, model, hardware, tp)
 
 
 def _init_fields(cls, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
@@ -30,13 +59,10 @@ def _init_fields(cls, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
 _ROOFLINE_CONTEXT = ("model", "hardware", "tensor_parallel_size")  # from the scenario, not options
 
 COST_MODEL_BUILDERS: dict[str, CostModelKind] = {
-    "unit": CostModelKind(lambda options, model, hardware, tp: UnitCostModel(**options),
-                          _init_fields(UnitCostModel)),
-    "roofline": CostModelKind(
-        lambda options, model, hardware, tp: RooflineCostModel(model, hardware, tp, **options),
-        _init_fields(RooflineCostModel, exclude=_ROOFLINE_CONTEXT)),
+    "unit": CostModelKind(_unit, _unit_options),
+    "roofline": CostModelKind(_roofline, _roofline_options),
     # A fitted cost model file: a shipped profile by name or any file `servesim fit` wrote.
-    "profiled": CostModelKind(build_profiled, ("profile", "path", "step_overhead_s")),
+    "profiled": CostModelKind(_profiled, lambda: ("profile", "path", "step_overhead_s")),
 }
 
 
