@@ -200,9 +200,13 @@ class TableCostModel:
     fitted_range: FittedRange | None = None
     name: str = "profiled"
     _warned: list = field(init=False, repr=False, compare=False)
+    _by_tokens: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_warned", [self.fitted_range is None])
+        # Table lookups by token and row counts, which repeat step after step (a decode run
+        # keeps its rows): the same floats, computed once.
+        object.__setattr__(self, "_by_tokens", {})
 
     def step_time_s(self, shape: BatchShape) -> float:
         counts = step_counts(shape)
@@ -222,22 +226,33 @@ class TableCostModel:
         return self._time_s(counts, None, None, longest)
 
     def _time_s(self, counts: tuple, new, ctx, longest_decode: int) -> float:
-        tokens = counts[0]
+        tokens, num_sampled = counts[0], counts[6]
+        terms = self._by_tokens.get((tokens, num_sampled))
+        if terms is None:
+            terms = self._by_tokens[(tokens, num_sampled)] = self._token_terms(tokens, num_sampled)
+        per_layer, whole_s, sampling_s = terms
         attention = self.attention.time_s(new, ctx, counts, longest_decode)
-        per_layer = self.layer(tokens)
-        if self.allreduce is not None:
-            per_layer += 2 * self.allreduce(tokens * self.allreduce_bytes_per_token)
         if isinstance(self.attention, AttentionGrid):
             per_layer += attention
             attention = 0.0
         time_s = self.num_layers * per_layer + attention + self.step_overhead_s
-        if self.whole_model is not None:
-            time_s += self.whole_model(tokens)
-        num_sampled = counts[6]
-        if num_sampled:
-            time_s += self.sequence(num_sampled) if self.sequence is not None \
-                else self.attention.sampling_s(num_sampled)
+        if whole_s is not None:
+            time_s += whole_s
+        if sampling_s is not None:
+            time_s += sampling_s
         return float(time_s)
+
+    def _token_terms(self, tokens: int, num_sampled: int) -> tuple:
+        """(per-layer non-attention time, whole-model time, lm_head and sampler time)."""
+        per_layer = self.layer(tokens)
+        if self.allreduce is not None:
+            per_layer += 2 * self.allreduce(tokens * self.allreduce_bytes_per_token)
+        whole_s = self.whole_model(tokens) if self.whole_model is not None else None
+        sampling_s = None
+        if num_sampled:
+            sampling_s = self.sequence(num_sampled) if self.sequence is not None \
+                else self.attention.sampling_s(num_sampled)
+        return per_layer, whole_s, sampling_s
 
 
 def _longest_decode(shape: BatchShape, counts: tuple) -> int:
