@@ -1,7 +1,6 @@
 """The `servesim` command. User mistakes print one line and exit 2; no traceback."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -61,6 +60,8 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
 @main.command()
 def schema() -> None:
     """Print the JSON Schema of scenario files."""
+    import json
+
     from simulator.scenario import json_schema
     click.echo(json.dumps(json_schema(), indent=2))
 

@@ -95,6 +95,18 @@ def request_columns(requests: Iterable[Request]) -> list[list]:
     return [*attributes, *(_ms(c) for c in (ttft_s, tpot_s, e2el_s, queue_s))]
 
 
+def csv_text(header: Sequence[str], columns: Sequence[Sequence]) -> str:
+    """A numeric CSV table, byte for byte what ``csv.writer`` writes from the same values: an int
+    by ``str``, a float by ``repr`` (shortest round trip), None as an empty cell, LF line ends.
+
+    Built column-wise, each distinct value formatted once: a run repeats few batch shapes, queue
+    lengths and KV usages, and each step starts where the previous one ended, so this is several
+    times faster than formatting the cells of a 100k-row table one by one."""
+    parts = [_column_parts(c) for c in columns]
+    cells = _format_cells(parts, [len(c) for c in columns])
+    return "\n".join([",".join(header), *map(",".join, zip(*cells))]) + "\n"
+
+
 # -- internals -----------------------------------------------------------------------------------
 _REQUEST_ATTRIBUTES = REQUEST_COLUMNS[:9]     # read straight off each Request
 
@@ -106,18 +118,6 @@ def _write_requests_csv(f: TextIO, requests: Sequence[Request]) -> None:
 def _write_steps_csv(f: TextIO, step_log: StepLog) -> None:
     columns = step_log.to_columns()
     f.write(csv_text(STEP_COLUMNS, [columns[name] for name in STEP_COLUMNS]))
-
-
-def csv_text(header: Sequence[str], columns: Sequence[Sequence]) -> str:
-    """A numeric CSV table, byte for byte what ``csv.writer`` writes from the same values: an int
-    by ``str``, a float by ``repr`` (shortest round trip), None as an empty cell, "\n" line ends.
-
-    Built column-wise, each distinct value formatted once: a run repeats few batch shapes, queue
-    lengths and KV usages, and each step starts where the previous one ended, so this is several
-    times faster than formatting the cells of a 100k-row table one by one."""
-    parts = [_column_parts(c) for c in columns]
-    cells = _format_cells(parts, [len(c) for c in columns])
-    return "\n".join([",".join(header), *map(",".join, zip(*cells))]) + "\n"
 
 
 # A column part: "f" (floats) or "i" (ints), their values, and their rows (None: every row).
@@ -157,22 +157,32 @@ def _cell_kind(cell_type: type) -> str:
 def _format_cells(columns: list[list[_Part]], lengths: list[int]) -> list[list[str]]:
     """Every column's cells as text; each distinct value of a kind is formatted once for all
     columns. Floats are told apart by their bits, so -0.0 and 0.0 keep their own ``repr``."""
-    texts = [np.full(n, "", dtype=object) for n in lengths]
+    texts = [None if len(parts) == 1 and parts[0][2] is None else np.full(n, "", dtype=object)
+             for parts, n in zip(columns, lengths)]    # a missing cell stays ""
     for kind, fmt in (("f", repr), ("i", str)):
         parts = [(c, part) for c, column in enumerate(columns) for part in column if part[0] == kind]
         if not parts:
             continue
         keys = np.concatenate([values.astype(_DTYPES[kind]).view(np.int64) for _, (_, values, _) in parts])
-        distinct, inverse = np.unique(keys, return_inverse=True)
+        distinct, inverse = _distinct(keys, dense=kind == "i")
         table = np.array([*map(fmt, distinct.view(_DTYPES[kind]).tolist())], dtype=object)
         offsets = np.cumsum([0] + [len(values) for _, (_, values, _) in parts])
         for (c, (_, _, rows)), start, end in zip(parts, offsets[:-1], offsets[1:]):
-            column_texts = table[inverse[start:end]]
             if rows is None:
-                texts[c] = column_texts
+                texts[c] = table[inverse[start:end]]
             else:
-                texts[c][rows] = column_texts
+                texts[c][rows] = table[inverse[start:end]]
     return [t.tolist() for t in texts]
+
+
+def _distinct(keys: np.ndarray, dense: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct keys, index of each key in them). Counts span a short range: index them
+    directly (no sort) when the range is no longer than the data."""
+    if dense and len(keys):
+        low, high = int(keys.min()), int(keys.max())
+        if high - low <= max(len(keys), 1024):
+            return np.arange(low, high + 1, dtype=np.int64), keys - low
+    return np.unique(keys, return_inverse=True)
 
 
 def _ms(values_s: list[float | None]) -> list[float | None]:
