@@ -146,30 +146,26 @@ class Simulation:
         """Advance the coming decode steps in one event, when that is exact."""
         if self.next_arrival_s <= self.env.now:
             return  # a request arrives before the next step: no run to advance (cheap check first)
-        steps_to_finish = scheduler.steps_to_finish()
-        if steps_to_finish is None:
+        state = scheduler.decode_run_state()
+        if state is None:
             return
         # Past a finish only if it cannot let anyone in: nobody waits and no closed-loop
         # client is waiting for a free slot to send.
         through = (scheduler.decode_runs_through_finishes and not scheduler.waiting
                    and self.max_concurrency is None)
         start_s = self.env.now
-        run = plan_decode_run(scheduler, self.cost_model, start_s, steps_to_finish,
-                              self.next_arrival_s, through)
+        run = plan_decode_run(scheduler, self.cost_model, start_s, *state, self.next_arrival_s, through)
         delay = run and delay_reaching(start_s, run.end_s[-1])
         if delay is None:
             return  # no exact single delay: let the next steps run one by one
         waiting_before = len(scheduler.waiting)
         yield self.env.timeout(delay)
         steps = apply_decode_run(scheduler, run, self._on_finished)
-        step_start_s, last = start_s, run.num_steps - 1
-        for i, (end_s, n_rows) in enumerate(zip(run.end_s, run.num_rows)):
-            # Arrivals can only land during the last step (plan_decode_run stops before a step
-            # that starts at or after one), so earlier rows saw the queue as it was.
-            num_waiting = len(scheduler.waiting) if i == last else waiting_before
-            self.step_log.append(step_start_s, end_s, n_rows, 0, n_rows, n_rows, 0,
-                                 steps.num_running[i], num_waiting, steps.kv_usage[i], 0)
-            step_start_s = end_s
+        # Arrivals can only land during the last step (plan_decode_run stops before a step that
+        # starts at or after one), so earlier rows saw the queue as it was.
+        num_waiting = [waiting_before] * (run.num_steps - 1) + [len(scheduler.waiting)]
+        self.step_log.extend_decode_steps(start_s, run.end_s, run.num_rows, steps.num_running,
+                                          num_waiting, steps.kv_usage)
         watchdog.observe(run.num_rows[-1], 0, scheduler)
 
     def _idle(self, replica: Replica):

@@ -43,18 +43,19 @@ class DecodeRun:
 
 
 def plan_decode_run(scheduler, cost_model, start_s: float, steps_to_finish: list[int],
-                    next_arrival_s: float, through_finishes: bool) -> DecodeRun | None:
-    """The longest exact run from ``start_s`` (None if not even one step is)."""
+                    contexts: list[int], next_arrival_s: float,
+                    through_finishes: bool) -> DecodeRun | None:
+    """The longest exact run from ``start_s`` (None if not even one step is); the lists are
+    Scheduler.decode_run_state's."""
     running, kv = scheduler.running, scheduler.kv
-    n = len(running)
-    context = np.fromiter((r.num_computed_tokens for r in running), np.int64, n)
+    context = np.array(contexts, np.int64)
     last_step = np.array(steps_to_finish, np.int64) - 1
     max_steps = int(last_step.max() if through_finishes else last_step.min()) + 1
     ends, rows = _step_ends(cost_model, context, last_step, getattr(scheduler, "num_padding_rows", 0),
                             start_s, max_steps, next_arrival_s)
     if not ends:
         return None
-    held = np.fromiter((kv.num_blocks_of(r) for r in running), np.int64, n)
+    held = np.array([kv.num_blocks_of(r) for r in running], np.int64)
     bs, free = kv.block_size, kv.num_free_blocks
     # Step i (0-based) computes the token at position context + i: a request needs its next
     # block at the step first = held * block_size - context, then every block_size steps, while
@@ -136,14 +137,12 @@ def apply_decode_run(scheduler, run: DecodeRun, on_finished) -> RunSteps:
             e += 1
         finished = leaving.get(step)
         if finished:
-            for request in finished:
-                _advance(request, step + 1, gaps, kv)
+            _advance_all(finished, step + 1, gaps, kv)
             scheduler.finish(finished, ends[step])
             on_finished(finished, ends[step])
         usage.append(1.0 - kv.num_free_blocks / total)
         num_running.append(len(scheduler.running))
-    for request in scheduler.running:
-        _advance(request, m, gaps, kv)
+    _advance_all(scheduler.running, m, gaps, kv)
     return RunSteps(usage, num_running)
 
 
@@ -171,26 +170,31 @@ class _RunGaps:
         self.max_prefix = list(accumulate(self.later, max, initial=-math.inf))
 
 
-def _advance(request, k: int, gaps: _RunGaps, kv) -> None:
-    """The request decoded the run's first k steps."""
-    computed = request.num_computed_tokens
-    request.num_computed_tokens = computed + k
-    request.num_output_tokens += k
-    bs = kv.block_size
-    if type(kv).allocate_up_to is not KVCache.allocate_up_to and (computed + k) // bs != computed // bs:
-        # A block filled up: a prefix cache hashes exactly the blocks the single steps would
-        # have (they call the cache at every block boundary too).
-        kv.allocate_up_to(request, computed + k)
-    # The first gap runs from the request's own last token (it may have sat out a step).
-    first_gap = gaps.ends[0] - request.last_token_s
-    request.itl_sq_sum_s2 += first_gap * first_gap + gaps.sq_prefix[k - 1]
-    max_gap = max(first_gap, gaps.max_prefix[k - 1])
-    if max_gap > request.max_itl_s:
-        request.max_itl_s = max_gap
-    if request.itl_gaps_s is not None:
-        request.itl_gaps_s.append(first_gap)
-        request.itl_gaps_s.extend(gaps.later[:k - 1])
-    request.last_token_s = gaps.ends[k - 1]
+def _advance_all(requests, m: int, gaps: _RunGaps, kv) -> None:
+    """The requests decoded the run's first m steps: one update each, the figures they share
+    computed once (the hot loop of a multi-step advance)."""
+    bs, hashes = kv.block_size, type(kv).allocate_up_to is not KVCache.allocate_up_to
+    first_end, last_s = gaps.ends[0], gaps.ends[m - 1]
+    later_sq, max_later = gaps.sq_prefix[m - 1], gaps.max_prefix[m - 1]
+    later = gaps.later[:m - 1]
+    for request in requests:
+        computed = request.num_computed_tokens
+        request.num_computed_tokens = computed + m
+        request.num_output_tokens += m
+        if hashes and (computed + m) // bs != computed // bs:
+            # A block filled up: a prefix cache hashes exactly the blocks the single steps
+            # would have (they call the cache at every block boundary too).
+            kv.allocate_up_to(request, computed + m)
+        # The first gap runs from the request's own last token (it may have sat out a step).
+        first_gap = first_end - request.last_token_s
+        request.itl_sq_sum_s2 += first_gap * first_gap + later_sq
+        max_gap = first_gap if first_gap > max_later else max_later
+        if max_gap > request.max_itl_s:
+            request.max_itl_s = max_gap
+        if request.itl_gaps_s is not None:
+            request.itl_gaps_s.append(first_gap)
+            request.itl_gaps_s.extend(later)
+        request.last_token_s = last_s
 
 
 def delay_reaching(now_s: float, target_s: float) -> float | None:

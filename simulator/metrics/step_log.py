@@ -61,6 +61,17 @@ class StepLog:
         if len(self._pending) >= _CHUNK_ROWS:
             self._flush()
 
+    def extend_decode_steps(self, start_s: float, end_s: list[float], num_rows: list[int],
+                            num_running: list[int], num_waiting: list[int],
+                            kv_usage: list[float]) -> None:
+        """Record back-to-back all-decode steps (a multi-step advance): step i runs from the
+        previous end (``start_s`` for the first) to ``end_s[i]`` with ``num_rows[i]`` decodes."""
+        starts = [start_s, *end_s[:-1]]
+        self._pending.extend(zip(starts, end_s, num_rows, repeat(0), num_rows, num_rows, repeat(0),
+                                 num_running, num_waiting, kv_usage, repeat(0)))
+        if len(self._pending) >= _CHUNK_ROWS:
+            self._flush()
+
     def append_many(self, k: int, start_s: float, step_time_s: float, num_seqs: int,
                     num_prefill_seqs: int, num_decode_seqs: int, num_tokens: int,
                     num_prefill_tokens: int, num_running: int, num_waiting: int,

@@ -103,20 +103,22 @@ class Scheduler:
         Policies answer for their own admission rules; False is always safe."""
         return False
 
-    def steps_to_finish(self) -> list[int] | None:
-        """For each running request, the coming step (1 = the next) that emits its last token,
-        when every running request is certain to decode one token per step until then with no
-        admission; None when unsure (someone is not decoding, or a request may be admitted)."""
+    def decode_run_state(self) -> tuple[list[int], list[int]] | None:
+        """(steps to finish, context) per running request, when every running request is certain
+        to decode one token per step until its last (1 = the next step) with no admission; None
+        when unsure (someone is not decoding, or a request may be admitted)."""
         if not self.running or not self.admission_blocked():
             return None
-        steps, max_model_len = [], self.max_model_len
+        steps, contexts, max_model_len = [], [], self.max_model_len
         for r in self.running:
             num_tokens = r.num_prompt_tokens + r.num_output_tokens
-            if r.num_computed_tokens != num_tokens - 1 or r.num_output_tokens == 0:
+            computed = r.num_computed_tokens
+            if computed != num_tokens - 1 or r.num_output_tokens == 0:
                 return None  # not decoding (a 1-token last prefill chunk is not a decode)
             # rule 1.3.2 (ignore_eos): max_tokens reached, or the context is full.
             steps.append(min(r.max_output_tokens - r.num_output_tokens, max_model_len - num_tokens))
-        return steps
+            contexts.append(computed)
+        return steps, contexts
 
     def max_request_tokens(self) -> int:
         """The longest prompt this policy can ever admit (impossible requests are caught up front)."""

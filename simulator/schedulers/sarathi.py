@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.batch import Batch
-from simulator.request import Request
+from simulator.request import Request, RequestStatus
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
 from simulator.schedulers.registry import register_scheduler
@@ -48,9 +48,13 @@ class SarathiScheduler(Scheduler):
 
     def _schedule_decodes(self, batch: Batch) -> int:
         num_scheduled = 0
+        preempted = RequestStatus.PREEMPTED
         for request in list(self.running):
-            if request.is_prefill or request not in self.running:
-                continue
+            if request.status is preempted:
+                continue  # preempted by an earlier decode of this step
+            if (request.num_prompt_tokens + request.num_output_tokens - request.num_computed_tokens > 1
+                    or request.num_output_tokens == 0):
+                continue  # still in its prompt (Request.is_prefill, inlined: every step, every request)
             if not self._append_slot(request, batch):
                 continue  # the request preempted itself
             self.schedule_tokens(batch, request, 1)
