@@ -65,11 +65,6 @@ class Table1D:
         return {x_name: self.x, "seconds": self.y}
 
 
-def log_axis(values) -> np.ndarray:
-    """Grid coordinate of a token or sequence count: log2(v + 1), so 0 is a valid grid point."""
-    return np.log2(np.asarray(values, float) + 1)
-
-
 class GridTable:
     """Multilinear interpolation on a product grid, linear in each axis's value (see the module
     docstring); flat below the first point, proportional past the last."""

@@ -9,7 +9,7 @@ import pytest
 from cost_models.batch_shape import BatchShape
 from cost_models.factory import make_cost_model
 from cost_models.fit.run import FitRequest, run_fit
-from cost_models.fit.table_fit import fit_tables
+from cost_models.fit.table_fit import _grid, fit_tables
 from cost_models.hardware import load_hardware
 from cost_models.importers import read_llmservingsim
 from cost_models.model_spec import load_model
@@ -33,6 +33,19 @@ def test_grid_table_is_exact_on_grid_points_and_blends_between():
     assert grid(3, 6) == pytest.approx(6.0 * 2)  # proportional past the last context
 
 
+def test_grid_fills_an_unprofiled_cell_linearly_in_the_axis_value():
+    tokens, seqs = np.array([1, 2, 4, 1, 4]), np.array([0, 0, 0, 8, 8])   # (2, 8) not profiled
+    grid = _grid([tokens, seqs], np.ones(5, bool), 10.0 * tokens + seqs * 12.5)
+    assert grid(2, 8) == pytest.approx(120.0)   # log2 axes would fill 123.3
+
+
+def test_grid_fill_brackets_on_the_axis_narrowest_in_octaves_not_in_units():
+    x, y = np.meshgrid([1.0, 2.0, 3.0], [100.0, 110.0, 120.0], indexing="ij")
+    rows = ~((x == 2) & (y == 110))
+    grid = _grid([x.ravel(), y.ravel()], rows.ravel(), (x**2 + y).ravel())
+    assert grid(2, 110) == pytest.approx(114.0)  # from y (0.26 octaves), not x (1 octave): 112
+
+
 def test_llmservingsim_rtx_pro_6000_held_out_mape_dense_and_attention():
     if not PRO6000_LLAMA.is_dir():
         pytest.skip(f"{PRO6000_LLAMA} absent: the LLMServingSim reference profiles are not on this machine")
@@ -42,7 +55,7 @@ def test_llmservingsim_rtx_pro_6000_held_out_mape_dense_and_attention():
     print(f"dense layer held-out MAPE {dense['mape_pct']}% (n={dense['n']}); attention held-out MAPE "
           + ", ".join(f"{k} {v['mape_pct']}% (n={v['n']})" for k, v in attention.items()))
     assert dense["mape_pct"] <= 5.0
-    assert attention["all"]["mape_pct"] <= 8.0
+    assert attention["all"]["mape_pct"] <= 4.5   # 3.91% when written; 5.25% filling on log2 axes
 
 
 def test_roofline_error_against_the_profile_is_reported():

@@ -14,7 +14,7 @@ from cost_models.batch_shape import BatchShape
 from cost_models.fit.report import errors, holdout_mask
 from cost_models.importers.forms import OperatorTables
 from cost_models.parametric import step_counts
-from cost_models.profiled import AttentionGrid, GridTable, Table1D, log_axis
+from cost_models.profiled import AttentionGrid, GridTable, Table1D
 
 _EXPONENTS = np.linspace(1.0, 4.0, 61)
 
@@ -115,42 +115,47 @@ def _grid(axes_values: list[np.ndarray], rows: np.ndarray, values: np.ndarray) -
     table = np.full([len(a) for a in axes], np.nan)
     index = [np.searchsorted(a, v[rows]) for a, v in zip(axes, axes_values)]
     table[tuple(index)] = values[rows]
-    return GridTable(axes, _fill(table, [log_axis(a) for a in axes]))
+    return GridTable(axes, _fill(table, [np.asarray(a, float) for a in axes]))
 
 
-def _fill(table: np.ndarray, coords: list[np.ndarray]) -> np.ndarray:
+def _fill(table: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:
     """Fill NaN cells from their nearest profiled neighbours.
 
-    Each pass fills the cells that known cells bracket on some axis, interpolating along the axis
-    whose bracket is narrowest; a pass that can bracket nothing copies the nearest known value along
+    Each pass fills the cells that known cells bracket on some axis, interpolating linearly in that
+    axis's value, as GridTable does (attention work is affine in tokens and sequences between grid
+    points; filling on log2 axes over-predicted held-out points: RTX PRO 6000 Llama-3.1-8B tp 1
+    attention 5.25% -> 3.91% MAPE, and every LLMServingSim profile and family improves). The axis
+    used is the one whose bracket is narrowest in octaves, a width that means the same on a token
+    axis and a sequence axis. A pass that can bracket nothing copies the nearest known value along
     any axis (flat past the grid's ends), as the tables are flat below their first points anyway.
     """
     table = table.copy()
+    octaves = [np.log2(a + 1) for a in axes]   # + 1: 0 is a valid grid point
     while np.isnan(table).any():
-        filled = _fill_pass(table, coords, extrapolate=False)
-        if not filled and not _fill_pass(table, coords, extrapolate=True):
+        filled = _fill_pass(table, axes, octaves, extrapolate=False)
+        if not filled and not _fill_pass(table, axes, octaves, extrapolate=True):
             raise ValueError("attention grid: some cells have no profiled neighbour on any axis")
     return table
 
 
-def _fill_pass(table: np.ndarray, coords: list[np.ndarray], extrapolate: bool) -> int:
+def _fill_pass(table: np.ndarray, axes: list[np.ndarray], octaves: list[np.ndarray], extrapolate: bool) -> int:
     updates = {}
     for cell in zip(*np.nonzero(np.isnan(table))):
         best = None
-        for axis, coord in enumerate(coords):
+        for axis, (coord, octave) in enumerate(zip(axes, octaves)):
             line = table[cell[:axis] + (slice(None),) + cell[axis + 1:]]
             known = np.nonzero(~np.isnan(line))[0]
             if not len(known):
                 continue
-            i, u = cell[axis], coord[cell[axis]]
+            i = cell[axis]
             below, above = known[known < i], known[known > i]
             if len(below) and len(above):
                 lo, hi = below[-1], above[0]
-                span = coord[hi] - coord[lo]
-                value = line[lo] + (line[hi] - line[lo]) * (u - coord[lo]) / span
+                span = octave[hi] - octave[lo]
+                value = line[lo] + (line[hi] - line[lo]) * (coord[i] - coord[lo]) / (coord[hi] - coord[lo])
             elif extrapolate:
-                nearest = known[np.argmin(np.abs(coord[known] - u))]
-                span, value = 1e9 + abs(coord[nearest] - u), line[nearest]
+                nearest = known[np.argmin(np.abs(octave[known] - octave[i]))]
+                span, value = 1e9 + abs(octave[nearest] - octave[i]), line[nearest]
             else:
                 continue
             if best is None or span < best[0]:
