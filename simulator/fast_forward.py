@@ -36,6 +36,8 @@ class DecodeRun:
     num_rows: list[int]         # rows each step computes (padding included)
     last_step: np.ndarray       # per running request: the 0-based step that emits its last token
     first_new_block: np.ndarray  # per running request: the step at which it next needs a block
+    new_blocks: np.ndarray      # per running request: blocks it takes during the run
+    new_by_step: np.ndarray     # blocks taken at each step
 
     @property
     def num_steps(self) -> int:
@@ -56,22 +58,29 @@ def plan_decode_run(scheduler, cost_model, start_s: float, steps_to_finish: list
     if not ends:
         return None
     held = np.array([kv.num_blocks_of(r) for r in running], np.int64)
-    bs, free = kv.block_size, kv.num_free_blocks
     # Step i (0-based) computes the token at position context + i: a request needs its next
     # block at the step first = held * block_size - context, then every block_size steps, while
     # it runs. Blocks freed by finishes are not counted: the run only stops earlier for it.
-    first = held * bs - context
-    m = len(ends)
-    per_request = np.maximum(0, -(-(np.minimum(m, last_step + 1) - first) // bs))
-    num_new = int(per_request.sum())
-    if num_new > free:  # stop before the first step that could need more blocks than are free
-        offsets = np.arange(num_new) - np.repeat(np.cumsum(per_request) - per_request, per_request)
-        new_by_step = np.bincount(np.repeat(first, per_request) + bs * offsets, minlength=m)
-        m = int(np.searchsorted(np.cumsum(new_by_step), free, side="right"))
+    first = held * kv.block_size - context
+    new_blocks, new_by_step = _new_blocks(first, last_step, len(ends), kv.block_size)
+    if int(new_blocks.sum()) > kv.num_free_blocks:
+        # stop before the first step that could need more blocks than are free
+        m = int(np.searchsorted(np.cumsum(new_by_step), kv.num_free_blocks, side="right"))
         if m == 0:
             return None
         del ends[m:], rows[m:]
-    return DecodeRun(ends, rows, last_step, first)
+        new_blocks, new_by_step = _new_blocks(first, last_step, m, kv.block_size)
+    return DecodeRun(ends, rows, last_step, first, new_blocks, new_by_step)
+
+
+def _new_blocks(first: np.ndarray, last_step: np.ndarray, m: int, bs: int) -> tuple:
+    """Blocks each request takes in an m-step run, and blocks taken at each step."""
+    per_request = np.maximum(0, -(-(np.minimum(m, last_step + 1) - first) // bs))
+    num_new = int(per_request.sum())
+    if not num_new:
+        return per_request, np.zeros(m, np.int64)
+    offsets = np.arange(num_new) - np.repeat(np.cumsum(per_request) - per_request, per_request)
+    return per_request, np.bincount(np.repeat(first, per_request) + bs * offsets, minlength=m)
 
 
 def _step_ends(cost_model, context: np.ndarray, last_step: np.ndarray, pad: int, start_s: float,
@@ -113,21 +122,30 @@ class RunSteps:
 
 
 def apply_decode_run(scheduler, run: DecodeRun, on_finished) -> RunSteps:
-    """Replay the run: new blocks and finishes in step order, then every survivor at once.
+    """Carry out the run: finishes in step order, then every survivor at once.
 
     ``on_finished(requests, now_s)`` is told of each step's finishes. O(1) per request besides
-    its events: the gaps after a request's first one are the run's step gaps, whose running sums
-    of squares and maxima are computed once.
+    its finish: the gaps after a request's first one are the run's step gaps, whose running sums
+    of squares and maxima are computed once. A prefix cache also gets its new blocks one by one
+    in step order (which block is taken decides what is evicted); a count-only cache gets each
+    request's blocks at once and its usage per step by arithmetic.
     """
     m, ends, kv = run.num_steps, run.end_s, scheduler.kv
     gaps = _RunGaps(ends)
     running = list(scheduler.running)
     last_step = run.last_step.tolist()
-    events = _block_events(running, run.first_new_block.tolist(), last_step, m, kv.block_size)
     leaving: dict[int, list] = {}
     for index, step in enumerate(last_step):
         if step < m:
             leaving.setdefault(step, []).append(running[index])
+    if type(kv) is KVCache:
+        steps = _count_only_steps(kv, run, running, leaving)
+        kv.grow_counts(running, run.new_blocks.tolist())   # finishes free them at their step
+        for step, finished in sorted(leaving.items()):
+            _finish(scheduler, finished, step, gaps, on_finished)
+        _advance_all(scheduler.running, m, gaps, kv)
+        return steps
+    events = _block_events(running, run.first_new_block.tolist(), last_step, m, kv.block_size)
     usage, num_running = [], []
     e, total = 0, kv.num_total_blocks
     for step in range(m):
@@ -137,13 +155,33 @@ def apply_decode_run(scheduler, run: DecodeRun, on_finished) -> RunSteps:
             e += 1
         finished = leaving.get(step)
         if finished:
-            _advance_all(finished, step + 1, gaps, kv)
-            scheduler.finish(finished, ends[step])
-            on_finished(finished, ends[step])
+            _finish(scheduler, finished, step, gaps, on_finished)
         usage.append(1.0 - kv.num_free_blocks / total)
         num_running.append(len(scheduler.running))
     _advance_all(scheduler.running, m, gaps, kv)
     return RunSteps(usage, num_running)
+
+
+def _count_only_steps(kv: KVCache, run: DecodeRun, running: list, leaving: dict) -> RunSteps:
+    """Per-step usage and running count of a run on a count-only cache, before carrying it out:
+    free blocks fall by each step's new blocks and rise by what each step's finishes held."""
+    m = run.num_steps
+    freed = np.zeros(m, np.int64)
+    left = np.zeros(m, np.int64)
+    index_of = {id(r): i for i, r in enumerate(running)}
+    for step, finished in leaving.items():
+        left[step] = len(finished)
+        freed[step] = sum(kv.num_blocks_of(r) + int(run.new_blocks[index_of[id(r)]]) for r in finished)
+    free_after = kv.num_free_blocks - np.cumsum(run.new_by_step) + np.cumsum(freed)
+    usage = (1.0 - free_after / kv.num_total_blocks).tolist()
+    return RunSteps(usage, (len(running) - np.cumsum(left)).tolist())
+
+
+def _finish(scheduler, finished: list, step: int, gaps: "_RunGaps", on_finished) -> None:
+    end_s = gaps.ends[step]
+    _advance_all(finished, step + 1, gaps, scheduler.kv)
+    scheduler.finish(finished, end_s)
+    on_finished(finished, end_s)
 
 
 def _block_events(running, first_new_block, last_step, m: int, bs: int) -> list[tuple]:
@@ -171,8 +209,8 @@ class _RunGaps:
 
 
 def _advance_all(requests, m: int, gaps: _RunGaps, kv) -> None:
-    """The requests decoded the run's first m steps: one update each, the figures they share
-    computed once (the hot loop of a multi-step advance)."""
+    """The requests decoded the run's first m steps (their blocks are already taken): one
+    update each, the figures they share computed once (the hot loop of a multi-step advance)."""
     bs, hashes = kv.block_size, type(kv).allocate_up_to is not KVCache.allocate_up_to
     first_end, last_s = gaps.ends[0], gaps.ends[m - 1]
     later_sq, max_later = gaps.sq_prefix[m - 1], gaps.max_prefix[m - 1]

@@ -78,6 +78,18 @@ class KVCache:
         self._num_blocks[request] = held + need
         return True
 
+    def grow_counts(self, requests, num_new_blocks) -> None:
+        """Count-only bulk growth (a planned multi-step advance): each request takes the given
+        number of extra blocks; the caller has checked they are free."""
+        total = sum(num_new_blocks)
+        if total > self.num_free_blocks:
+            raise AssertionError(f"grow_counts: {total} blocks asked, {self.num_free_blocks} free")
+        held = self._num_blocks
+        for request, n in zip(requests, num_new_blocks):
+            if n:
+                held[request] = held.get(request, 0) + n
+        self.num_free_blocks -= total
+
     def free(self, request: Request) -> None:
         self.num_free_blocks += self._num_blocks.pop(request, 0)
 
