@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence, TextIO
+from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
 
 import numpy as np
 
@@ -97,14 +97,23 @@ def request_columns(requests: Iterable[Request]) -> list[list]:
 
 def csv_text(header: Sequence[str], columns: Sequence[Sequence]) -> str:
     """A numeric CSV table, byte for byte what ``csv.writer`` writes from the same values: an int
-    by ``str``, a float by ``repr`` (shortest round trip), None as an empty cell, LF line ends.
+    by ``str``, a float by ``repr`` (shortest round trip), None as an empty cell, LF line ends."""
+    return "".join(csv_chunks(header, columns))
 
-    Built column-wise, each distinct value formatted once: a run repeats few batch shapes, queue
-    lengths and KV usages, and each step starts where the previous one ended, so this is several
-    times faster than formatting the cells of a 100k-row table one by one."""
-    parts = [_column_parts(c) for c in columns]
-    cells = _format_cells(parts, [len(c) for c in columns])
-    return "\n".join([",".join(header), *map(",".join, zip(*cells))]) + "\n"
+
+def csv_chunks(header: Sequence[str], columns: Sequence[Sequence],
+               chunk_rows: int = 65536) -> Iterator[str]:
+    """``csv_text`` in pieces of ``chunk_rows`` rows, so memory stays bounded on long runs.
+
+    Built column-wise, each distinct value formatted once per piece: a run repeats few batch
+    shapes, queue lengths and KV usages, and each step starts where the previous one ended, so
+    this is several times faster than formatting the cells of a 100k-row table one by one."""
+    yield ",".join(header) + "\n"
+    num_rows = len(columns[0]) if columns else 0
+    for start in range(0, num_rows, chunk_rows):
+        piece = [c[start:start + chunk_rows] for c in columns]
+        cells = _format_cells([_column_parts(c) for c in piece], [len(c) for c in piece])
+        yield "\n".join(map(",".join, zip(*cells))) + "\n"
 
 
 # -- internals -----------------------------------------------------------------------------------
@@ -112,12 +121,12 @@ _REQUEST_ATTRIBUTES = REQUEST_COLUMNS[:9]     # read straight off each Request
 
 
 def _write_requests_csv(f: TextIO, requests: Sequence[Request]) -> None:
-    f.write(csv_text(REQUEST_COLUMNS, request_columns(requests)))
+    f.writelines(csv_chunks(REQUEST_COLUMNS, request_columns(requests)))
 
 
 def _write_steps_csv(f: TextIO, step_log: StepLog) -> None:
     columns = step_log.to_columns()
-    f.write(csv_text(STEP_COLUMNS, [columns[name] for name in STEP_COLUMNS]))
+    f.writelines(csv_chunks(STEP_COLUMNS, [columns[name] for name in STEP_COLUMNS]))
 
 
 # A column part: "f" (floats) or "i" (ints), their values, and their rows (None: every row).

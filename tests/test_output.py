@@ -168,3 +168,12 @@ def test_result_files_of_a_real_run_are_what_the_csv_module_writes(tmp_path):
     cols = run.result.step_log.to_columns()
     step_rows = zip(*(cols[name].tolist() for name in STEP_COLUMNS))
     assert (out / "steps.csv").read_text() == csv_writer_text(STEP_COLUMNS, step_rows)
+
+
+def test_csv_in_pieces_is_the_same_text():
+    times = [0, 0.5, None, 1.0, 1.25, -0.0, 2]
+    counts = np.arange(7, dtype=np.int64)
+    whole = output.csv_text(["t", "n"], [times, counts])
+    assert whole == csv_writer_text(["t", "n"], zip(times, counts.tolist()))
+    for rows in (1, 2, 3, 7, 8):
+        assert "".join(output.csv_chunks(["t", "n"], [times, counts], chunk_rows=rows)) == whole
