@@ -176,6 +176,39 @@ class Scheduler:
         self.waiting.appendleft(victim)
         self.num_preemptions += 1
 
+    def schedule_decodes(self, batch: Batch, requests) -> int:
+        """One decode token for each of ``requests`` (running decoders, in order), with a new
+        block when the token starts one; on a shortage the running tail is preempted until the
+        block fits or the requester itself goes (V0 and Sarathi, semantics §3-§4). Returns the
+        number scheduled. Every decode of every step passes here: the block test and the batch
+        append are inlined (KVCache.allocate and Batch.add say the same)."""
+        kv, running, preempted = self.kv, self.running, RequestStatus.PREEMPTED
+        count_only = type(kv) is KVCache
+        held, bs = kv._num_blocks, kv.block_size
+        add_request, add_new, add_ctx, add_samples = (
+            batch.requests.append, batch.new_tokens.append, batch.context_tokens.append,
+            batch.samples.append)
+        num_scheduled = 0
+        for request in requests:
+            if request.status is preempted:
+                continue  # preempted by an earlier decode of this step
+            computed = request.num_computed_tokens
+            if not count_only or computed >= held.get(request, 0) * bs:
+                while not kv.allocate(request, 1):
+                    victim = running.pop()
+                    self.preempt(victim)
+                    batch.num_preempted += 1
+                    if victim is request:
+                        return num_scheduled
+            add_request(request)
+            add_new(1)
+            add_ctx(computed)
+            add_samples(computed + 1 >= request.num_prompt_tokens + request.num_output_tokens
+                        + request.num_output_placeholders)
+            request.num_computed_tokens = computed + 1
+            num_scheduled += 1
+        return num_scheduled
+
     @staticmethod
     def schedule_tokens(batch: Batch, request: Request, num_tokens: int) -> None:
         """Add to the batch and advance C at schedule time, as vLLM V1 does (rule 1.2)."""

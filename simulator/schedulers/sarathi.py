@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.batch import Batch
-from simulator.request import Request, RequestStatus
+from simulator.request import Request
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
 from simulator.schedulers.registry import register_scheduler
@@ -47,29 +47,11 @@ class SarathiScheduler(Scheduler):
         return not self.kv.can_fit(head, head.num_tokens, headroom_blocks=headroom)
 
     def _schedule_decodes(self, batch: Batch) -> int:
-        num_scheduled = 0
-        preempted = RequestStatus.PREEMPTED
-        for request in list(self.running):
-            if request.status is preempted:
-                continue  # preempted by an earlier decode of this step
-            if (request.num_prompt_tokens + request.num_output_tokens - request.num_computed_tokens > 1
-                    or request.num_output_tokens == 0):
-                continue  # still in its prompt (Request.is_prefill, inlined: every step, every request)
-            if not self._append_slot(request, batch):
-                continue  # the request preempted itself
-            self.schedule_tokens(batch, request, 1)
-            num_scheduled += 1
-        return num_scheduled
-
-    def _append_slot(self, request: Request, batch: Batch) -> bool:
-        """A decode that starts a new block needs one; else preempt the latest arrival (§4 step 2)."""
-        while not self.kv.allocate(request, 1):
-            victim = self.running.pop()
-            self.preempt(victim)
-            batch.num_preempted += 1
-            if victim is request:
-                return False
-        return True
+        # Requests still in their prompt are skipped (Request.is_prefill, inlined).
+        decoders = [r for r in self.running
+                    if r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens <= 1
+                    and r.num_output_tokens > 0]
+        return self.schedule_decodes(batch, decoders)
 
     def _schedule_partial_prefills(self, batch: Batch, budget: int) -> int:
         for request in self.running:

@@ -73,18 +73,5 @@ class VllmV0Scheduler(Scheduler):
             num_tokens += n
 
     def _schedule_decodes(self, batch: Batch) -> None:
-        i = 0
-        while i < len(self.running):
-            request = self.running[i]
-            preempted_self = False
-            while not self.kv.allocate(request, 1):
-                victim = self.running.pop()  # the tail (latest arrival under fcfs)
-                self.preempt(victim)
-                batch.num_preempted += 1
-                if victim is request:
-                    preempted_self = True
-                    break
-            if preempted_self:
-                break
-            self.schedule_tokens(batch, request, 1)
-            i += 1
+        # A decode step: every running request decodes; a block shortage preempts the tail.
+        self.schedule_decodes(batch, list(self.running))
