@@ -176,6 +176,20 @@ class ParametricCostModel:
             self.fitted_range.warn_once(self.name, None, counts, self._warned, longest + 1)
         return self._time_s(counts)
 
+    def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
+                            longest: np.ndarray) -> np.ndarray | None:
+        """decode_step_time_s for many steps of the same rows at once: the same operations in
+        the same order, element by element. None when a step may leave the fitted range (the
+        caller prices step by step, so the warning names the first such step)."""
+        if not self._warned[0] and self.fitted_range.outside(
+                None, decode_counts(num_seqs, int(context_sums[-1])), int(longest[-1]) + 1):
+            return None
+        c = self._coef
+        time_s = c[0] + c[1] * max(self.knee_tokens, num_seqs) + c[2] * num_seqs + c[3] * context_sums
+        for term, count in zip(c[4:9], (num_seqs, 0.0, 0, 0, num_seqs)):
+            time_s += term * count
+        return time_s + c[9] * math.sqrt(num_seqs)
+
     def _time_s(self, counts: tuple) -> float:
         c = self._coef
         tokens = counts[0]

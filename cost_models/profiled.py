@@ -177,6 +177,13 @@ class RooflineAttention:
                          + k.q_s_per_token * prefill_tokens) if pairs else 0.0
         return per_layer  # the roofline's constants already count every layer
 
+    def decode_s(self, num_decodes: int, decode_ctx):
+        """time_s of an all-decode step (decode_ctx may be an array: one value per step)."""
+        k = self._k
+        decode_pairs = decode_ctx + num_decodes
+        return np.maximum(k.attn_s_per_pair * decode_pairs,
+                          k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decodes)
+
     def sampling_s(self, num_sampled: int) -> float:
         k = self._k
         return max(k.lm_head_s_per_row * num_sampled, k.lm_head_weight_s + k.logit_s_per_row * num_sampled)
@@ -220,12 +227,33 @@ class TableCostModel:
             self.fitted_range.warn_once(self.name, None, counts, self._warned, longest + 1)
         return self._time_s(counts, None, None, longest)
 
-    def _time_s(self, counts: tuple, new, ctx, longest_decode: int) -> float:
-        tokens, num_sampled = counts[0], counts[6]
+    def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
+                            longest: np.ndarray) -> np.ndarray | None:
+        """decode_step_time_s for many steps of the same rows at once, where the attention is the
+        roofline's (element by element, the same operations in the same order); None for a grid
+        (its interpolation is priced step by step) or a step that may leave the fitted range."""
+        if not isinstance(self.attention, RooflineAttention):
+            return None
+        if not self._warned[0] and self.fitted_range.outside(
+                None, decode_counts(num_seqs, int(context_sums[-1])), int(longest[-1]) + 1):
+            return None
+        per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
+        time_s = self.num_layers * per_layer + self.attention.decode_s(num_seqs, context_sums) \
+            + self.step_overhead_s
+        if whole_s is not None:
+            time_s += whole_s
+        if sampling_s is not None:
+            time_s += sampling_s
+        return time_s
+
+    def _terms(self, tokens: int, num_sampled: int) -> tuple:
         terms = self._by_tokens.get((tokens, num_sampled))
         if terms is None:
             terms = self._by_tokens[(tokens, num_sampled)] = self._token_terms(tokens, num_sampled)
-        per_layer, whole_s, sampling_s = terms
+        return terms
+
+    def _time_s(self, counts: tuple, new, ctx, longest_decode: int) -> float:
+        per_layer, whole_s, sampling_s = self._terms(counts[0], counts[6])
         attention = self.attention.time_s(new, ctx, counts, longest_decode)
         if isinstance(self.attention, AttentionGrid):
             per_layer += attention

@@ -98,6 +98,16 @@ class RooflineCostModel:
                       k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_seqs)
         return self._sampling_and_rest_s(time_s, num_seqs, num_seqs)
 
+    def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
+                            longest: np.ndarray) -> np.ndarray:
+        """decode_step_time_s for many steps of the same rows at once (a multi-step advance):
+        the same operations in the same order, element by element, so the same floats."""
+        k = self._k
+        decode_pairs = context_sums + num_seqs
+        time_s = self._linear_s(num_seqs) + np.maximum(
+            k.attn_s_per_pair * decode_pairs, k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_seqs)
+        return self._sampling_and_rest_s(time_s, num_seqs, num_seqs)
+
     def _linear_s(self, tokens: int) -> float:
         k = self._k
         weight_s = k.dense_weight_s

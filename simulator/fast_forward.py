@@ -85,33 +85,75 @@ def _new_blocks(first: np.ndarray, last_step: np.ndarray, m: int, bs: int) -> tu
 
 def _step_ends(cost_model, context: np.ndarray, last_step: np.ndarray, pad: int, start_s: float,
                max_steps: int, next_arrival_s: float) -> tuple[list[float], list[int]]:
-    """End times and row counts of up to ``max_steps`` steps; a request's row goes after its
-    last step. Padded rows (static HF batching) sit at the longest context."""
+    """End times and row counts of up to ``max_steps`` steps, none starting at or after the
+    next arrival; a request's row goes after its last step. Padded rows (static HF batching)
+    sit at the longest context. Steps between two departures have the same rows, so a model
+    that prices many decode steps at once (``decode_step_times_s``) prices them together."""
     order = np.argsort(last_step, kind="stable")
     leave_steps = last_step[order].tolist()
     leave_ctx = context[order].tolist()
     longest_from = list(accumulate(reversed(leave_ctx), max))[::-1]  # longest of order[k:]
-    price = getattr(cost_model, "decode_step_time_s", None)
     ends, rows_by_step = [], []
-    now_s, left, rows, context_sum = start_s, 0, len(leave_ctx), sum(leave_ctx)
-    for i in range(max_steps):
-        if now_s >= next_arrival_s:
-            break
+    now_s, left, rows, context_sum, i = start_s, 0, len(leave_ctx), sum(leave_ctx), 0
+    while i < max_steps and now_s < next_arrival_s:
         while leave_steps[left] < i:   # rows whose last step has passed
             context_sum -= leave_ctx[left]
             rows -= 1
             left += 1
-        longest = longest_from[left] + i
-        num_rows = rows + pad
-        if price is not None:
-            now_s = now_s + price(num_rows, context_sum + i * rows + pad * longest, longest)
-        else:  # a plug-in model with only step_time_s: the step's exact shape
-            alive = context[last_step >= i] + i
-            shape = BatchShape(np.ones(rows, np.int64), alive, np.ones(rows, bool))
-            now_s = now_s + cost_model.step_time_s(shape.with_padding_rows(pad))
-        ends.append(now_s)
-        rows_by_step.append(num_rows)
+        segment = _Segment(rows, pad, context_sum, longest_from[left])
+        stop = min(max_steps, leave_steps[left] + 1)   # the rows change after this step
+        seg_ends = segment.ends(cost_model, context, last_step, now_s, i, stop, next_arrival_s)
+        ends.extend(seg_ends)
+        rows_by_step.extend([rows + pad] * len(seg_ends))
+        if len(seg_ends) < stop - i:
+            break  # the next arrival came first
+        now_s, i = seg_ends[-1], stop
     return ends, rows_by_step
+
+
+@dataclass
+class _Segment:
+    """Steps with the same rows: step i prices ``rows`` decodes over context_sum + i * rows
+    (plus padded rows at the longest context, longest + i)."""
+    rows: int
+    pad: int
+    context_sum: int
+    longest: int
+
+    def ends(self, cost_model, context, last_step, now_s: float, first: int, stop: int,
+             next_arrival_s: float) -> list[float]:
+        """End times of steps first..stop-1, stopping before one that starts at or after the
+        next arrival. Clock additions are sequential, as SimPy's."""
+        many = getattr(cost_model, "decode_step_times_s", None)
+        if many is not None:
+            first_s = self.price_one(cost_model, context, last_step, first)
+            if math.isfinite(next_arrival_s) and first_s > 0:   # steps only get longer: this many at most
+                stop = min(stop, first + int((next_arrival_s - now_s) / first_s) + 2)
+            steps = np.arange(first, stop)
+            longest = self.longest + steps
+            times = many(self.rows + self.pad, self.context_sum + steps * self.rows + self.pad * longest,
+                         longest)
+            if times is not None:
+                clock = np.add.accumulate(np.concatenate(([now_s], times)))
+                keep = int(np.searchsorted(clock[:-1], next_arrival_s, side="left"))
+                return clock[1:keep + 1].tolist()
+        out = []
+        for i in range(first, stop):
+            if now_s >= next_arrival_s:
+                break
+            now_s = now_s + self.price_one(cost_model, context, last_step, i)
+            out.append(now_s)
+        return out
+
+    def price_one(self, cost_model, context, last_step, i: int) -> float:
+        longest = self.longest + i
+        price = getattr(cost_model, "decode_step_time_s", None)
+        if price is not None:
+            return price(self.rows + self.pad, self.context_sum + i * self.rows + self.pad * longest,
+                         longest)
+        alive = context[last_step >= i] + i   # a plug-in model with only step_time_s
+        shape = BatchShape(np.ones(self.rows, np.int64), alive, np.ones(self.rows, bool))
+        return cost_model.step_time_s(shape.with_padding_rows(self.pad))
 
 
 @dataclass

@@ -158,3 +158,49 @@ def test_fast_forward_actually_skips_events():
         simpy.Environment.step = original
     slow, fast = counts.values()
     assert fast < slow / 5
+
+
+def _shipped_cost_models():
+    from cost_models.profiles import profile_names
+    models = []
+    for name in profile_names():
+        big = "70b" in name
+        scenario = {"name": "price", "seed": 1, "model": "llama-2-70b" if big else "llama-3.1-8b",
+                    "hardware": "a100-80gb", "cost_model": {"kind": "profiled", "profile": name},
+                    "engine": {"tensor_parallel_size": 2 if big else 1},
+                    "workload": {"arrival": {"kind": "inf"}, "prompt_len": {"kind": "fixed", "value": 8},
+                                 "output_len": {"kind": "fixed", "value": 8}, "num_requests": 1},
+                    "schedulers": [{"preset": "vllm_v1"}]}
+        try:
+            models.append((name, prepare(validate_scenario(scenario)).cost_model))
+        except Exception:   # a profile of another model family: its own tests cover it
+            continue
+    roofline = random_scenario(1)
+    models.append(("roofline", prepare(validate_scenario(roofline)).cost_model))
+    return models
+
+
+def test_many_decode_steps_are_priced_to_the_bit_like_one_at_a_time():
+    # The multi-step advance prices a run's steps with decode_step_times_s; the single steps
+    # use decode_step_time_s (via step_time_s): the floats must be the same.
+    import warnings
+    rng = np.random.default_rng(7)
+    checked = 0
+    for name, model in _shipped_cost_models():
+        many = getattr(model, "decode_step_times_s", None)
+        if many is None:
+            continue
+        for rows in (1, 3, 26, 97, 256):
+            start = int(rng.integers(rows, rows * 900))
+            steps = np.arange(50)
+            longest = int(start // rows) + 5 + steps
+            sums = start + steps * rows
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                vector = many(rows, sums, longest)
+                if vector is None:
+                    continue
+                scalar = [model.decode_step_time_s(rows, int(s), int(g)) for s, g in zip(sums, longest)]
+            assert vector.tolist() == scalar, name
+            checked += 1
+    assert checked >= 10
