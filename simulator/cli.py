@@ -5,7 +5,8 @@ from pathlib import Path
 
 import click
 
-from simulator.cli_common import EXIT_USER_ERROR, fail, scenario_arguments  # noqa: F401 (tests import EXIT_USER_ERROR here)
+from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: F401 (tests import EXIT_USER_ERROR here)
+                                  single_threaded_blas)
 
 
 class LazyGroup(click.Group):
@@ -48,6 +49,7 @@ def main() -> None:
 def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
         schedulers: tuple[str, ...], no_plots: bool) -> None:
     """Run every scheduler of SCENARIO_FILE on the same workload and write results."""
+    single_threaded_blas()
     from simulator.progress import NoProgressError
     from simulator.run_command import run_scenario_file
     from simulator.scenario import ScenarioError

@@ -1,6 +1,8 @@
-"""What every `servesim` command shares: the user-error exit, and the scenario arguments."""
+"""What every `servesim` command shares: the user-error exit, the scenario arguments, and a
+start-up that does not pay for threads a simulation never uses."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -24,3 +26,12 @@ def scenario_arguments(command):
                            type=click.Path(file_okay=False, path_type=Path),
                            help="Result folder (default: results/<scenario name>).")(command)
     return click.argument("scenario_file", type=click.Path(dir_okay=False, path_type=Path))(command)
+
+
+def single_threaded_blas() -> None:
+    """Keep numpy's OpenBLAS to one thread, before numpy first loads. A simulation does no BLAS
+    work, yet OpenBLAS starts a thread per core as it loads: tens of ms of a `servesim run` on a
+    busy two-core machine. A process that loaded numpy already (tests, notebooks) is left as it is,
+    and an explicit OPENBLAS_NUM_THREADS wins."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

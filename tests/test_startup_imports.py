@@ -5,6 +5,7 @@ Each check runs a fresh interpreter and lists the modules it ended up with; none
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,32 @@ def test_listing_commands_import_neither_numpy_nor_pydantic():
     modules = modules_after("models")
     assert "cost_models.model_spec" in modules
     assert top_level(modules).isdisjoint({"numpy", "pydantic", "simpy", *NOT_FOR_RUN})
+
+
+RUN_AND_SHOW_BLAS_THREADS = """
+import os, sys
+from simulator.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+finally:
+    threads = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else -1
+    print(f"threads={threads}", file=sys.stderr)
+    print("OPENBLAS_NUM_THREADS=" + os.environ.get("OPENBLAS_NUM_THREADS", "unset"), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("preset, expected", [(None, "1"), ("3", "3")])
+def test_run_keeps_blas_to_one_thread_unless_told(tmp_path: Path, preset, expected):
+    """numpy's OpenBLAS starts a thread per core as it loads; a simulation uses none of them."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    if preset:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    proc = subprocess.run([sys.executable, "-c", RUN_AND_SHOW_BLAS_THREADS, "run",
+                           str(write_scenario(tmp_path, "{kind: unit}")), "--no-plots",
+                           "-o", str(tmp_path / "out")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr
+    *_, threads, setting = proc.stderr.strip().splitlines()
+    assert setting == f"OPENBLAS_NUM_THREADS={expected}"
+    if expected == "1" and threads != "threads=-1":   # Linux: the process never grew a thread
+        assert threads == "threads=1"
