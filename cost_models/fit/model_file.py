@@ -40,7 +40,7 @@ def sig4(values):
 
 
 def parametric_json(fit: ParametricFit, timings: StepTimings, name: str, holdout_every: int,
-                    roofline_errors: dict | None) -> dict:
+                    roofline_errors: dict | None, loss: str = "relative") -> dict:
     model = fit.model
     c = model.coefficients
     return {
@@ -54,7 +54,7 @@ def parametric_json(fit: ParametricFit, timings: StepTimings, name: str, holdout
             "source": "fitted from whole-step times: step_overhead_s is the intercept (CPU and launch "
                       "work no kernel does), linear_s_per_token x knee_tokens the weight-read floor"},
         "fitted_range": model.fitted_range.to_json(),
-        "holdout": {"every": holdout_every, "errors": fit.holdout_errors},
+        "fit_loss": loss, "holdout": {"every": holdout_every, "errors": fit.holdout_errors},
         "train_errors": fit.train_errors, "roofline_errors": roofline_errors}
 
 

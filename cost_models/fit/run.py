@@ -36,6 +36,7 @@ class FitRequest:
     all_reduce: Path | None = None  # Vidur network all_reduce.csv
     step_overhead_s: float = model_file.DEFAULT_KERNEL_STEP_OVERHEAD_S  # tables models only
     kv_capacity_tokens: int | None = None  # vLLM log: KV capacity, for the decode-context estimate
+    loss: str = "relative"          # parametric fits: relative | time (parametric_fit's docstring)
 
 
 @dataclass
@@ -60,10 +61,11 @@ def run_fit(request: FitRequest) -> FitOutcome:
 
 def _parametric(request: FitRequest, timings) -> FitOutcome:
     name = request.name or f"{timings.hardware or 'device'}-{timings.model or 'model'}-{timings.mode}"
-    fit = fit_parametric(timings, request.holdout_every, name)
+    fit = fit_parametric(timings, request.holdout_every, name, request.loss)
     roof = _roofline_errors(timings.model, timings.hardware, timings.shapes, timings.time_s, timings.families)
-    data = model_file.parametric_json(fit, timings, name, request.holdout_every, roof)
-    report = [f"{name}: parametric fit of {len(timings.shapes)} shapes from {', '.join(timings.source.files)}",
+    data = model_file.parametric_json(fit, timings, name, request.holdout_every, roof, request.loss)
+    report = [f"{name}: parametric fit ({request.loss} error) of {len(timings.shapes)} shapes from "
+              f"{', '.join(timings.source.files)}",
               format_errors(f"held-out error (every {request.holdout_every}th shape)", fit.holdout_errors)]
     if roof:
         report.append(format_errors("roofline (datasheet figures, default efficiencies) on every shape", roof))

@@ -32,6 +32,9 @@ ARRIVAL_MODES = ("auto", "replay", "closed-loop")
               help="auto: as the recorded vLLM would (off on CPU, on from vLLM 0.12, assumed).")
 @click.option("--step-overhead-ms", metavar="MS|auto",
               help="Per-step CPU overhead for the cost model; auto adds what the iteration log misses.")
+@click.option("--client-overhead-ms", metavar="MS|auto",
+              help="Client round trip (HTTP, tokenisation, streaming) added to simulated TTFT and E2E; "
+                   "auto measures it on requests that found the engine idle.")
 @click.option("--arrivals", type=click.Choice(ARRIVAL_MODES), default="auto", show_default=True,
               help="replay: the engine's arrival times; closed-loop: the client's, with its max-concurrency; "
                    "auto: closed-loop for a bench run with --max-concurrency, else replay.")
@@ -43,7 +46,8 @@ ARRIVAL_MODES = ("auto", "replay", "closed-loop")
               help="Output folder (default: results/validate-<run name>).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 def validate(run, bench_json, iteration_log, engine_args, cost_model, hardware, model, num_gpu_blocks,
-             gpu_memory_utilization, async_scheduling, step_overhead_ms, arrivals, fit_scope, overrides,
+             gpu_memory_utilization, async_scheduling, step_overhead_ms, client_overhead_ms, arrivals, fit_scope,
+             overrides,
              out_dir, no_plots):
     """Compare servesim with a measured vLLM RUN (an LLMServingSim run folder or a bench JSON)."""
     from simulator.progress import NoProgressError
@@ -59,7 +63,8 @@ def validate(run, bench_json, iteration_log, engine_args, cost_model, hardware, 
             out_dir=out_dir or Path("results") / f"validate-{_run_name(source)}",
             iteration_log=iteration_log, engine_args=_engine_args(engine_args), model=model, hardware=hardware,
             num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization,
-            async_scheduling=async_scheduling, step_overhead_ms=step_overhead_ms, arrivals=arrivals,
+            async_scheduling=async_scheduling, step_overhead_ms=step_overhead_ms,
+            client_overhead_ms=client_overhead_ms, arrivals=arrivals,
             fit_scope=fit_scope, overrides=tuple(overrides), plots=not no_plots)
         v = run_validation(request)
     except (ScenarioError, NoProgressError, ValueError) as exc:

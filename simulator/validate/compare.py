@@ -42,6 +42,12 @@ class RunLatencies:
                    np.array([r.num_output_tokens for r, _ in done], dtype=np.int64),
                    np.array([t[0] for _, t in done], dtype=float), np.array([t[2] for _, t in done], dtype=float))
 
+    def plus_client_s(self, client_s: float) -> RunLatencies:
+        """With a client round trip in TTFT and E2E, as ``vllm bench serve`` times them (TPOT unchanged)."""
+        if not client_s:
+            return self
+        return RunLatencies(self.arrival_s, self.num_output_tokens, self.ttft_s + client_s, self.e2el_s + client_s)
+
     @property
     def tpot_s(self) -> np.ndarray:
         many = self.num_output_tokens > 1

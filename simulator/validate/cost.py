@@ -1,14 +1,18 @@
 """The step-cost model a validation runs with: a shipped profile, a model file, the roofline, or a
 parametric fit made on the spot from the measured server's own iteration log.
 
+The fit minimises error in seconds (``loss="time"``, cost_models/fit/parametric_fit.py): the run's
+latencies are sums of its step times, so each shape is priced at its mean, and a rare long prefill
+weighs by its duration rather than as one row among thousands of decodes.
+
 ``step_overhead`` overrides the per-step overhead where the kind has one. ``auto`` is for models
 fitted from an iteration log: ``elapsed_ms`` there excludes ``schedule()`` and output processing,
-so the model's own intercept is raised by the per-step time the client saw but the log did not
-(``iteration_log.unlogged_step_time_s``).
+so the model's own intercept is raised by the per-step time the engine spent but the log did not
+time (``iteration_log.unlogged_step_time_s``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cost_models.factory import COST_MODEL_BUILDERS
@@ -32,13 +36,16 @@ class CostChoice:
 
 
 def choose_cost_model(name: str, measured: MeasuredRun, out_dir: Path, model: str,
-                      step_overhead: str | None = None, fit_scope: str = "run") -> CostChoice:
-    """``name``: a shipped profile, a cost model file, ``roofline`` or ``fit``."""
+                      step_overhead: str | None = None, fit_scope: str = "run",
+                      num_gpu_blocks: int | None = None) -> CostChoice:
+    """``name``: a shipped profile, a cost model file, ``roofline`` or ``fit``; ``num_gpu_blocks``: the
+    KV cache size given for the run (the fit reads decode contexts off the log's KV usage with it)."""
     if name == "roofline":
         choice = CostChoice({"kind": "roofline"}, "roofline (datasheet peaks x efficiencies)")
         data = None
     else:
-        data, choice = _fitted(measured, out_dir, model, fit_scope) if name == "fit" else _file(name)
+        data, choice = _fitted(measured, out_dir, model, fit_scope, num_gpu_blocks) if name == "fit" \
+            else _file(name)
     if step_overhead is not None:
         _set_overhead(choice, data, step_overhead, measured)
     return choice
@@ -59,16 +66,18 @@ def _file(name: str) -> tuple[dict, CostChoice]:
                                    f"{data.get('hardware')})", data.get("model"), data.get("hardware"))
 
 
-def _fitted(measured: MeasuredRun, out_dir: Path, model: str, scope: str) -> tuple[dict, CostChoice]:
+def _fitted(measured: MeasuredRun, out_dir: Path, model: str, scope: str,
+            num_gpu_blocks: int | None) -> tuple[dict, CostChoice]:
     steps = measured.steps
     if steps is None:
         raise ValueError("--cost-model fit: needs --iteration-log (the measured server's per-step log)")
-    blocks = measured.engine_args.get("num_gpu_blocks_override") or 1024
+    # The same KV size the simulation gets: usage % x capacity is each decode's context in the fit.
+    blocks = num_gpu_blocks or measured.engine_args.get("num_gpu_blocks_override") or 1024
     kv_tokens = int(blocks) * int(measured.engine_args.get("block_size") or 16)
     notes = []
     source = steps.write_csv(out_dir / RUN_STEPS_FILE) if scope == "run" else steps.path
     request = FitRequest(source=source, from_vllm_log=True, model=model, name=f"fit-{measured.name}",
-                         kv_capacity_tokens=kv_tokens)
+                         kv_capacity_tokens=kv_tokens, loss="time")
     try:
         outcome = run_fit(request)
     except ValueError as exc:
@@ -77,14 +86,14 @@ def _fitted(measured: MeasuredRun, out_dir: Path, model: str, scope: str) -> tup
         notes.append(f"the run's own {len(steps)} steps have too few distinct shapes to fit "
                      f"({str(exc).rsplit(': ', 1)[-1]}): fitted on the whole log {steps.path} instead")
         source = steps.path
-        outcome = run_fit(FitRequest(source=source, from_vllm_log=True, model=model,
-                                     name=f"fit-{measured.name}", kv_capacity_tokens=kv_tokens))
+        outcome = run_fit(replace(request, source=source))
     path = out_dir / FIT_FILE
     write_json(path, outcome.data)
     errors = outcome.data["holdout"]["errors"]["all"]
     what = "this run's steps" if source != steps.path else "the whole iteration log"
     choice = CostChoice({"kind": "profiled", "path": str(path.resolve())},
-                        f"parametric fit of {what} ({source}), held-out MAPE {errors['mape_pct']:.1f}%, "
+                        f"parametric fit in seconds of {what} ({source}), held-out MAPE "
+                        f"{errors['mape_pct']:.1f}%, total time {errors['total_error_pct']:+.1f}%, "
                         f"written to {path}", model, None, notes)
     return outcome.data, choice
 
@@ -98,16 +107,22 @@ def _set_overhead(choice: CostChoice, data: dict | None, value: str, measured: M
         overhead_s = base_s + _unlogged_s(data, measured)
         choice.notes.append(f"step overhead auto: the model's {base_s * 1e3:.2f} ms + "
                             f"{(overhead_s - base_s) * 1e3:.2f} ms per step that the iteration log does "
-                            f"not time (client inter-token gaps minus logged step times)")
+                            f"not time (time the engine held requests minus logged step times, per step)")
     else:
-        try:
-            overhead_s = float(value) / 1e3
-        except ValueError:
-            raise ValueError(f"--step-overhead-ms: {value!r} is not a number of ms or 'auto'") from None
-        if not overhead_s >= 0:
-            raise ValueError(f"--step-overhead-ms: {value!r} must be >= 0")
+        overhead_s = ms_option_s("--step-overhead-ms", value)
         choice.notes.append(f"step overhead {overhead_s * 1e3:.2f} ms (the model's own: {base_s * 1e3:.2f} ms)")
     choice.block["step_overhead_s"] = overhead_s
+
+
+def ms_option_s(option: str, value: str) -> float:
+    """An ``MS|auto`` option given as a number: seconds, >= 0."""
+    try:
+        seconds = float(value) / 1e3
+    except ValueError:
+        raise ValueError(f"{option}: {value!r} is not a number of ms or 'auto'") from None
+    if not seconds >= 0:
+        raise ValueError(f"{option}: {value!r} must be >= 0")
+    return seconds
 
 
 def _own_overhead_s(data: dict | None) -> float:
@@ -122,9 +137,6 @@ def _unlogged_s(data: dict | None, measured: MeasuredRun) -> float:
     if data is None or data.get("mode") != "vllm":
         raise ValueError("--step-overhead-ms: 'auto' is only for a cost model fitted from a vLLM "
                          "iteration log (--cost-model fit, or a 'vllm'-mode file)")
-    if measured.steps is None or measured.itls_s is None:
-        raise ValueError("--step-overhead-ms: 'auto' needs a bench file with itls and --iteration-log")
-    unlogged = unlogged_step_time_s(measured.steps, measured.itls_s)
-    if unlogged is None:
-        raise ValueError("--step-overhead-ms: 'auto' needs decode steps in the run")
-    return max(unlogged, 0.0)
+    if measured.steps is None:
+        raise ValueError("--step-overhead-ms: 'auto' needs a bench file and --iteration-log")
+    return max(unlogged_step_time_s(measured.steps, measured.arrival_s, measured.e2el_s), 0.0)

@@ -16,8 +16,9 @@ from simulator.metrics.timeseries import EngineSeries
 from simulator.output import atomic_write, summary_json, write_results
 from simulator.runner import RunOutput, prepare, simulate
 from simulator.scenario import apply_overrides, validate_scenario
+from simulator.validate.client_time import client_round_trip
 from simulator.validate.compare import Row, RunLatencies, compare
-from simulator.validate.cost import CostChoice, choose_cost_model
+from simulator.validate.cost import CostChoice, choose_cost_model, ms_option_s
 from simulator.validate.iteration_log import unlogged_step_time_s
 from simulator.validate.measured import MeasuredRun, load_measured
 from simulator.validate.rebuild import (TRACE_FILE, RebuildOptions, arrivals_note, rebuild_scenario,
@@ -39,6 +40,7 @@ class ValidateRequest:
     gpu_memory_utilization: float | None = None
     async_scheduling: str = "auto"
     step_overhead_ms: str | None = None  # a number of ms or 'auto'
+    client_overhead_ms: str | None = None  # a number of ms or 'auto' (client_time.py)
     arrivals: str = "auto"                # replay | closed-loop | auto (rebuild.resolve_arrivals)
     fit_scope: str = "run"
     overrides: tuple[str, ...] = ()
@@ -54,6 +56,7 @@ class Validation:
     rows: list[Row]
     notes: list[str]
     files: list[Path] = field(default_factory=list)
+    client_s: float = 0.0                # added to every simulated TTFT and E2E
 
 
 def run_validation(request: ValidateRequest) -> Validation:
@@ -62,7 +65,7 @@ def run_validation(request: ValidateRequest) -> Validation:
     measured = load_measured(request.run, request.iteration_log, request.engine_args)
     model = resolve_model(measured, request.model)
     cost = choose_cost_model(request.cost_model, measured, out_dir, model, request.step_overhead_ms,
-                             request.fit_scope)
+                             request.fit_scope, request.num_gpu_blocks)
     arrivals = resolve_arrivals(measured, request.arrivals)
     options = RebuildOptions(cost.block, resolve_hardware(measured, request.hardware, cost.hardware), model,
                              request.num_gpu_blocks, request.gpu_memory_utilization,
@@ -72,27 +75,46 @@ def run_validation(request: ValidateRequest) -> Validation:
     raw = apply_overrides(raw, request.overrides)
     prepared = prepare(validate_scenario(raw))
     output = simulate(prepared, prepared.runs[0])
+    client_s, client_notes = _client_s(request.client_overhead_ms, measured)
     notes = list(measured.notes) + [arrivals_note(measured, arrivals)] + notes + cost.notes \
-        + _gap_note(measured)
+        + _unlogged_note(measured) + client_notes
     if "num_gpu_blocks" not in raw["engine"]:
         notes.append(f"KV cache: {output.num_gpu_blocks} blocks derived from GPU memory at "
                      f"gpu_memory_utilization {prepared.scenario.engine.gpu_memory_utilization} "
                      f"(the run did not record its block count)")
-    rows = compare(RunLatencies.of_measured(measured), RunLatencies.of_requests(output.result.requests))
-    validation = Validation(measured, cost, raw, output, rows, notes)
+    simulated = RunLatencies.of_requests(output.result.requests).plus_client_s(client_s)
+    rows = compare(RunLatencies.of_measured(measured), simulated)
+    validation = Validation(measured, cost, raw, output, rows, notes, client_s=client_s)
     _write(validation, out_dir, request.plots)
     return validation
 
 
-def _gap_note(measured: MeasuredRun) -> list[str]:
-    if measured.steps is None or measured.itls_s is None:
+def _unlogged_note(measured: MeasuredRun) -> list[str]:
+    if measured.steps is None:
         return []
-    gap_s = unlogged_step_time_s(measured.steps, measured.itls_s)
-    if gap_s is None:
-        return []
+    unlogged_s = unlogged_step_time_s(measured.steps, measured.arrival_s, measured.e2el_s)
     mean_ms = float(measured.steps.elapsed_s.mean() * 1e3)
-    return [f"iteration log: logged step time {mean_ms:.2f} ms on average; clients saw {gap_s * 1e3:.2f} ms "
-            f"more per decode step (schedule(), output processing, streaming: not in elapsed_ms)"]
+    return [f"iteration log: logged step time {mean_ms:.2f} ms on average; the engine spent {unlogged_s * 1e3:.2f} ms "
+            f"more per step (schedule(), output processing: not in elapsed_ms)"]
+
+
+def _client_s(value: str | None, measured: MeasuredRun) -> tuple[float, list[str]]:
+    """The client round trip added to simulated TTFT and E2E: given in ms, or measured (``auto``)."""
+    if value is None:
+        return 0.0, []
+    if value != "auto":
+        client_s = ms_option_s("--client-overhead-ms", value)
+        return client_s, [f"client round trip {client_s * 1e3:.2f} ms added to simulated TTFT and E2E (given)"]
+    if measured.steps is None:
+        raise ValueError("--client-overhead-ms: 'auto' needs a bench file and --iteration-log")
+    trip = client_round_trip(measured, unlogged_step_time_s(measured.steps, measured.arrival_s, measured.e2el_s))
+    if trip is None:
+        return 0.0, ["client round trip auto: not measurable here (no request found the engine idle and was "
+                     "prefilled alone, or preemptions break the request-to-step mapping): 0 ms added"]
+    return max(trip.seconds, 0.0), [
+        f"client round trip auto: {trip.seconds * 1e3:.2f} ms (sd {trip.sd_s * 1e3:.2f} ms over "
+        f"{trip.num_requests} requests that found the engine idle: TTFT - prefill step - unlogged step "
+        f"time) added to simulated TTFT and E2E (HTTP, tokenisation, streaming; not TPOT)"]
 
 
 def _write(v: Validation, out_dir: Path, plots: bool) -> None:
@@ -106,7 +128,7 @@ def _write(v: Validation, out_dir: Path, plots: bool) -> None:
     if plots:
         from simulator.validate.plots import plot_engine_series, plot_latency_cdfs
         title = v.measured.name
-        simulated = RunLatencies.of_requests(result.requests)
+        simulated = RunLatencies.of_requests(result.requests).plus_client_s(v.client_s)
         measured = RunLatencies.of_measured(v.measured)
         v.files += plot_latency_cdfs(measured, simulated, out_dir / "latency_cdfs", title)
         v.files += plot_engine_series(v.measured.series, EngineSeries.from_step_log(result.step_log),
@@ -119,6 +141,7 @@ def _report(v: Validation) -> dict:
                     "engine_args": m.engine_args, "max_concurrency": m.max_concurrency,
                     "request_rate": m.request_rate},
             "cost_model": {"description": v.cost.description, **v.cost.block},
+            "client_round_trip_s": v.client_s,
             "scenario": v.scenario, "notes": v.notes,
             "table": [row.to_json() for row in v.rows],
             "simulated_summary": v.output.summary}
