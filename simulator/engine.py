@@ -105,6 +105,8 @@ class Simulation:
         # Async scheduling keeps two batches in flight: step k+1 is formed while step k runs.
         depth = 2 if scheduler.async_scheduling else 1
         fast_forward = self.fast_forward and depth == 1
+        if fast_forward:   # nothing reads a request mid-run: steady decoders may go lazy
+            scheduler.enable_cohort()
         in_flight: deque[Batch] = deque()
         carried_preemptions = 0
         while True:

@@ -172,6 +172,8 @@ def apply_decode_run(scheduler, run: DecodeRun, on_finished) -> RunSteps:
     in step order (which block is taken decides what is evicted); a count-only cache gets each
     request's blocks at once and its usage per step by arithmetic.
     """
+    if scheduler.cohort is not None:
+        return _apply_cohort_run(scheduler, run, on_finished)
     m, ends, kv = run.num_steps, run.end_s, scheduler.kv
     gaps = _RunGaps(ends)
     running = list(scheduler.running)
@@ -201,6 +203,23 @@ def apply_decode_run(scheduler, run: DecodeRun, on_finished) -> RunSteps:
         usage.append(1.0 - kv.num_free_blocks / total)
         num_running.append(len(scheduler.running))
     _advance_all(scheduler.running, m, gaps, kv)
+    return RunSteps(usage, num_running)
+
+
+def _apply_cohort_run(scheduler, run: DecodeRun, on_finished) -> RunSteps:
+    """Every running request is a cohort member: the cohort steps m times (new blocks and
+    leavers are its only per-request work)."""
+    cohort, kv = scheduler.cohort, scheduler.kv
+    usage, num_running, total = [], [], kv.num_total_blocks
+    for end_s in run.end_s:
+        if not cohort.begin_step():
+            raise AssertionError("a planned decode run ran out of KV blocks")  # plan_decode_run's bug
+        finished = cohort.end_step(end_s)
+        if finished:
+            scheduler.finish(finished, end_s)
+            on_finished(finished, end_s)
+        usage.append(1.0 - kv.num_free_blocks / total)
+        num_running.append(len(scheduler.running))
     return RunSteps(usage, num_running)
 
 

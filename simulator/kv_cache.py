@@ -78,6 +78,14 @@ class KVCache:
         self._num_blocks[request] = held + need
         return True
 
+    def append_block(self, request: Request) -> bool:
+        """One more block for a decoding request (DecodeCohort.begin_step), if one is free."""
+        if not self.num_free_blocks:
+            return False
+        self.num_free_blocks -= 1
+        self._num_blocks[request] = self._num_blocks.get(request, 0) + 1
+        return True
+
     def grow_counts(self, requests, num_new_blocks) -> None:
         """Count-only bulk growth (a planned multi-step advance): each request takes the given
         number of extra blocks; the caller has checked they are free."""

@@ -99,8 +99,7 @@ class PrefixCachingKVCache(KVCache):
             self._ref[b] += 1
             self._own_tag[b] = None
             blocks.append(b)
-        for _ in range(max(num_new, 0)):
-            blocks.append(self._pop_free())
+        self._take_free(blocks, max(num_new, 0))
         if hits:
             self._registered[request] = len(hits)
         self._register_full_blocks(request, min(total, request.num_tokens))
@@ -114,26 +113,40 @@ class PrefixCachingKVCache(KVCache):
         if num_new > 0:
             if num_new + headroom > self.num_free_blocks:
                 return False
-            for _ in range(num_new):
-                blocks.append(self._pop_free())
+            self._take_free(blocks, num_new)
             self.num_free_blocks = len(self._free)
             self._num_blocks[request] = len(blocks)
         self._register_full_blocks(request, min(total, request.num_tokens))
         return True
 
-    def _pop_free(self) -> int:
-        block, _ = self._free.popitem(last=False)
-        old = self._block_hash[block]
-        if old is not None:                  # eviction: the cached content is overwritten
-            if self._by_hash.get(old) == block:
-                del self._by_hash[old]
-            self._block_hash[block] = None
-        tag = self._own_tag[block]
-        if tag is not None:
-            self._own.get(tag[0], {}).pop(tag[1], None)
-            self._own_tag[block] = None
-        self._ref[block] = 1
-        return block
+    def append_block(self, request: Request) -> bool:
+        """One more block for a decoding cohort member (DecodeCohort.begin_step); its full
+        blocks are registered when the cohort materialises it (generated tokens hash nothing)."""
+        if not self.num_free_blocks:
+            return False
+        blocks = self._blocks[request]
+        self._take_free(blocks, 1)
+        self.num_free_blocks = len(self._free)
+        self._num_blocks[request] = len(blocks)
+        return True
+
+    def _take_free(self, blocks: list[int], num_new: int) -> None:
+        """Append ``num_new`` blocks from the free queue's head (LRU): evicting what they cached."""
+        free, block_hash, by_hash, own_tag, ref = (
+            self._free, self._block_hash, self._by_hash, self._own_tag, self._ref)
+        for _ in range(num_new):
+            block, _ = free.popitem(last=False)
+            old = block_hash[block]
+            if old is not None:                  # eviction: the cached content is overwritten
+                if by_hash.get(old) == block:
+                    del by_hash[old]
+                block_hash[block] = None
+            tag = own_tag[block]
+            if tag is not None:
+                self._own.get(tag[0], {}).pop(tag[1], None)
+                own_tag[block] = None
+            ref[block] = 1
+            blocks.append(block)
 
     def _register_full_blocks(self, request: Request, num_tokens: int) -> None:
         """Hash blocks that are full once this step's tokens are computed (rule 2.2 step 5): at

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from simulator.batch import Batch
+from simulator.decode_cohort import DecodeCohort
 from simulator.kv_cache import KVCache
 from simulator.request import Request, RequestStatus
 
@@ -32,6 +33,7 @@ class Scheduler:
     # A multi-step decode advance may carry on past a request's last step (it leaves, the rest
     # decode on) when nothing can be admitted; False for policies with their own finish rules.
     decode_runs_through_finishes = True
+    cohort: DecodeCohort | None = None   # steady decoders kept as one (enable_cohort)
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
@@ -103,12 +105,20 @@ class Scheduler:
         Policies answer for their own admission rules; False is always safe."""
         return False
 
-    def decode_run_state(self) -> tuple[list[int], list[int]] | None:
+    def enable_cohort(self) -> bool:
+        """Keep steady decoders as a DecodeCohort (the engine asks when nothing else reads the
+        requests mid-run); True if this policy does. A policy opts in by handling the cohort's
+        rows in schedule() (see VllmV1Scheduler)."""
+        return False
+
+    def decode_run_state(self) -> tuple | None:
         """(steps to finish, context) per running request, when every running request is certain
         to decode one token per step until its last (1 = the next step) with no admission; None
         when unsure (someone is not decoding, or a request may be admitted)."""
         if not self.running or not self.admission_blocked():
             return None
+        if self.cohort is not None:
+            return self.cohort.run_state() if len(self.cohort) == len(self.running) else None
         steps, contexts, max_model_len = [], [], self.max_model_len
         for r in self.running:
             num_tokens = r.num_prompt_tokens + r.num_output_tokens
@@ -135,7 +145,8 @@ class Scheduler:
 
     def on_step_end(self, batch: Batch, now_s: float) -> list[Request]:
         """Every request that caught up samples one token (rule 1.3.1); finished ones free KV."""
-        finished = []
+        cohort = self.cohort
+        finished = cohort.end_step(now_s) if batch.cohort_context is not None else []
         max_model_len = self.max_model_len
         running = RequestStatus.RUNNING
         for request, samples in zip(batch.requests, batch.samples):
@@ -153,7 +164,20 @@ class Scheduler:
                 finished.append(request)
         if finished:
             self.finish(finished, now_s)
+        if cohort is not None:
+            self._join_cohort()
         return finished
+
+    def _join_cohort(self) -> None:
+        """Requests that decode from now on join the cohort, as long as every running request
+        before them is a member (the cohort's rows go first in running order)."""
+        cohort, running = self.cohort, self.running
+        while len(running) > len(cohort):
+            r = running[len(cohort)]
+            if (r.num_computed_tokens != r.num_prompt_tokens + r.num_output_tokens - 1
+                    or r.num_output_tokens == 0 or r.num_output_placeholders):
+                return
+            cohort.join(r)
 
     def finish(self, finished: list[Request], now_s: float) -> None:
         done = set(finished)

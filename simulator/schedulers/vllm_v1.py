@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.batch import Batch
+from simulator.decode_cohort import DecodeCohort
 from simulator.kv_cache import KVCache
 from simulator.prefix_cache import PrefixCachingKVCache
 from simulator.request import Request
@@ -51,9 +52,29 @@ class VllmV1Scheduler(Scheduler):
         threshold = self._threshold
         return threshold if 0 < threshold < n else n
 
+    def enable_cohort(self) -> bool:
+        # FCFS only: the priority policy may preempt any member; async scheduling keeps
+        # placeholders per request.
+        if self.options.scheduling_policy != "fcfs" or self.async_scheduling:
+            return False
+        self.cohort = DecodeCohort(self.kv, self.max_model_len)
+        return True
+
     def schedule(self, now_s: float) -> Batch:
         batch = Batch()
-        budget = self._schedule_running(batch, self.options.max_num_batched_tokens)
+        budget, first = self.options.max_num_batched_tokens, 0
+        cohort = self.cohort
+        if cohort is not None and len(cohort):
+            # The members lead the running order and each takes one token: all of them fit
+            # the budget and their new blocks are free, or the step goes request by request
+            # (a shortage preempts from the tail, which a member may be).
+            if len(cohort) <= budget and cohort.begin_step():
+                batch.cohort_context = cohort.context_array()
+                budget -= len(cohort)
+                first = len(cohort)
+            else:
+                cohort.dissolve()
+        budget = self._schedule_running(batch, budget, first)
         if batch.num_preempted == 0:  # Phase B is skipped in a step that preempted (trap 4)
             self._schedule_waiting(batch, budget, now_s)
         if self.async_scheduling:  # tokens this step will sample count before they exist
@@ -62,7 +83,8 @@ class VllmV1Scheduler(Scheduler):
                     request.num_output_placeholders += 1
         return batch
 
-    def _schedule_running(self, batch: Batch, budget: int) -> int:
+    def _schedule_running(self, batch: Batch, budget: int, first: int = 0) -> int:
+        """Phase A over running[first:] (the cohort's members, if any, come before ``first``)."""
         running, kv, max_ctx, threshold = self.running, self.kv, self.max_model_len - 1, self._threshold
         held, block_size = kv._num_blocks, kv.block_size
         hashing = self.options.enable_prefix_caching
@@ -70,7 +92,7 @@ class VllmV1Scheduler(Scheduler):
         add_request, add_new, add_ctx, add_samples = (
             batch.requests.append, batch.new_tokens.append, batch.context_tokens.append,
             batch.samples.append)
-        i = 0
+        i = first
         while i < len(running) and budget > 0:
             request = running[i]
             computed = request.num_computed_tokens
