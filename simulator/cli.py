@@ -48,7 +48,8 @@ def main() -> None:
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
         schedulers: tuple[str, ...], no_plots: bool) -> None:
-    """Run every scheduler of SCENARIO_FILE on the same workload and write results."""
+    """Run every scheduler of SCENARIO_FILE (or those --scheduler names) on the same workload
+    and write results."""
     single_threaded_blas()
     from simulator.progress import NoProgressError
     from simulator.run_command import run_scenario_file
