@@ -10,6 +10,9 @@ needs per-request decisions again, ``dissolve``). New blocks are taken eagerly, 
 whose token needs one, in running order (a prefix cache's evictions depend on that order), and
 a member leaves at the step that emits its last token (rule 1.3.2).
 
+Members' stale fields keep computed = tokens - 1 and outputs >= 1, so a member still reads as a
+decoder to code that asks (Request.is_prefill).
+
 Exactness: the fields a member gets on leaving equal those of stepping it one token at a time,
 except ``itl_sq_sum_s2``, summed here by prefix differences (equal to ~1e-12 relative);
 tests/test_fast_forward.py runs scenarios with and without the cohort.
@@ -97,17 +100,17 @@ class DecodeCohort:
         self._finish_heap.clear()
 
     # -- steps --------------------------------------------------------------------------------
-    def begin_step(self) -> bool:
+    def begin_step(self, reserve_blocks: int = 0) -> bool:
         """Take the blocks this step's tokens need, in running order; False (nothing taken)
-        when fewer blocks are free than that: the scheduler must then preempt, member by
-        member."""
+        when fewer blocks are free than that plus ``reserve_blocks`` (what the step's other
+        requests need first): the scheduler must then preempt, member by member."""
         heap, g = self._block_heap, self.num_steps
         due = []
         while heap and heap[0][0] <= g:
             item = heapq.heappop(heap)
             if item[2] in self._joined and self._joined[item[2]][4] == item[1]:
                 due.append(item)
-        if len(due) > self.kv.num_free_blocks:
+        if len(due) + reserve_blocks > self.kv.num_free_blocks:
             for item in due:
                 heapq.heappush(heap, item)
             return False

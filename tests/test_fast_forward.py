@@ -110,6 +110,19 @@ def test_fast_forward_equals_step_by_step_with_prefix_caching(seed):
     assert fingerprint(fast) == fingerprint(stepwise)
 
 
+@pytest.mark.parametrize("preset", ["vllm_v0", "sarathi"])
+@pytest.mark.parametrize("seed", range(12))
+def test_fast_forward_equals_step_by_step_for_v0_and_sarathi_under_kv_pressure(preset, seed):
+    # Their decoders also form a cohort (every decoder gets its token whatever its place); a
+    # small KV cache makes decode steps preempt, which dissolves it.
+    scenario = prefix_cache_scenario(seed)
+    sched = scenario["schedulers"][0]
+    scenario["schedulers"] = [{"preset": preset, "max_num_seqs": sched["max_num_seqs"],
+                               "max_num_batched_tokens": max(sched["max_num_batched_tokens"], 256)}]
+    stepwise, fast = stepwise_and_fast(scenario)
+    assert fingerprint(fast) == fingerprint(stepwise)
+
+
 def test_prefix_cache_scenarios_hit_evict_and_finish_inside_runs():
     # The test above must exercise what it claims: cache hits, and runs that carry finishes.
     from simulator import fast_forward

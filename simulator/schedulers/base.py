@@ -11,6 +11,12 @@ from simulator.kv_cache import KVCache
 from simulator.request import Request, RequestStatus
 
 
+def _decodes_next(r: Request) -> bool:
+    """The request's next step is a decode (and no token of it is in flight)."""
+    return (r.num_computed_tokens == r.num_prompt_tokens + r.num_output_tokens - 1
+            and r.num_output_tokens > 0 and not r.num_output_placeholders)
+
+
 @dataclass(frozen=True)
 class SchedulerContext:
     """Engine facts a scheduler needs besides its own options."""
@@ -34,6 +40,9 @@ class Scheduler:
     # decode on) when nothing can be admitted; False for policies with their own finish rules.
     decode_runs_through_finishes = True
     cohort: DecodeCohort | None = None   # steady decoders kept as one (enable_cohort)
+    # True when the cohort's members must lead the running order (a budget handed out in
+    # running order, as in vLLM V1); False when every decoder gets its token whatever its place.
+    cohort_leads_running = True
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
@@ -108,8 +117,23 @@ class Scheduler:
     def enable_cohort(self) -> bool:
         """Keep steady decoders as a DecodeCohort (the engine asks when nothing else reads the
         requests mid-run); True if this policy does. A policy opts in by handling the cohort's
-        rows in schedule() (see VllmV1Scheduler)."""
+        rows in schedule() (see VllmV1Scheduler, schedule_decodes_with_cohort)."""
         return False
+
+    def schedule_decodes_with_cohort(self, batch: Batch, decoders: list[Request]) -> int:
+        """schedule_decodes for policies where every decoder gets a token (V0, Sarathi): the
+        cohort's members as one block of rows, the other ``decoders`` one by one, when all their
+        new blocks are free; else the cohort is dissolved and every decoder goes one by one."""
+        cohort = self.cohort
+        if cohort is not None and len(cohort):
+            others = [r for r in decoders if r not in cohort]
+            kv = self.kv
+            others_due = sum(1 for r in others if r.num_computed_tokens >= kv.num_token_slots_of(r))
+            if cohort.begin_step(reserve_blocks=others_due):
+                batch.cohort_context = cohort.context_array()
+                return len(cohort) + self.schedule_decodes(batch, others)
+            cohort.dissolve()
+        return self.schedule_decodes(batch, decoders)
 
     def decode_run_state(self) -> tuple | None:
         """(steps to finish, context) per running request, when every running request is certain
@@ -165,19 +189,21 @@ class Scheduler:
         if finished:
             self.finish(finished, now_s)
         if cohort is not None:
-            self._join_cohort()
+            self._join_cohort(batch)
         return finished
 
-    def _join_cohort(self) -> None:
-        """Requests that decode from now on join the cohort, as long as every running request
-        before them is a member (the cohort's rows go first in running order)."""
+    def _join_cohort(self, batch: Batch) -> None:
+        """Requests that decode from now on join the cohort: where members lead the running
+        order, only while every running request before them is a member; else any of this
+        step's requests that now decodes."""
         cohort, running = self.cohort, self.running
-        while len(running) > len(cohort):
-            r = running[len(cohort)]
-            if (r.num_computed_tokens != r.num_prompt_tokens + r.num_output_tokens - 1
-                    or r.num_output_tokens == 0 or r.num_output_placeholders):
-                return
-            cohort.join(r)
+        if self.cohort_leads_running:
+            while len(running) > len(cohort) and _decodes_next(running[len(cohort)]):
+                cohort.join(running[len(cohort)])
+            return
+        for r in batch.requests:
+            if r.status is RequestStatus.RUNNING and r not in cohort and _decodes_next(r):
+                cohort.join(r)
 
     def finish(self, finished: list[Request], now_s: float) -> None:
         done = set(finished)

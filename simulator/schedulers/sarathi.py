@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.batch import Batch
+from simulator.decode_cohort import DecodeCohort
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
@@ -22,6 +23,7 @@ class SarathiOptions(SchedulerOptions):
 class SarathiScheduler(Scheduler):
     family = "chunked_prefill"
     Options = SarathiOptions
+    cohort_leads_running = False   # every decode goes first, whatever its place
 
     def check_config(self) -> None:
         self.check_token_budget(chunked_prefill=True)  # decodes never stall
@@ -46,12 +48,17 @@ class SarathiScheduler(Scheduler):
         head = self.waiting[0]
         return not self.kv.can_fit(head, head.num_tokens, headroom_blocks=headroom)
 
+    def enable_cohort(self) -> bool:
+        self.cohort = DecodeCohort(self.kv, self.max_model_len)
+        return True
+
     def _schedule_decodes(self, batch: Batch) -> int:
-        # Requests still in their prompt are skipped (Request.is_prefill, inlined).
+        # Requests still in their prompt are skipped (Request.is_prefill, inlined; a cohort
+        # member's fields read as a decoder's).
         decoders = [r for r in self.running
                     if r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens <= 1
                     and r.num_output_tokens > 0]
-        return self.schedule_decodes(batch, decoders)
+        return self.schedule_decodes_with_cohort(batch, decoders)
 
     def _schedule_partial_prefills(self, batch: Batch, budget: int) -> int:
         for request in self.running:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.batch import Batch
+from simulator.decode_cohort import DecodeCohort
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
 from simulator.schedulers.registry import register_scheduler
@@ -22,6 +23,7 @@ class VllmV0Options(SchedulerOptions):
 class VllmV0Scheduler(Scheduler):
     family = "continuous"
     Options = VllmV0Options
+    cohort_leads_running = False   # a decode step gives every running request its token
 
     @classmethod
     def resolve_class(cls, options) -> type[Scheduler]:
@@ -72,6 +74,10 @@ class VllmV0Scheduler(Scheduler):
             self.schedule_tokens(batch, request, n)
             num_tokens += n
 
+    def enable_cohort(self) -> bool:
+        self.cohort = DecodeCohort(self.kv, self.max_model_len)
+        return True
+
     def _schedule_decodes(self, batch: Batch) -> None:
         # A decode step: every running request decodes; a block shortage preempts the tail.
-        self.schedule_decodes(batch, list(self.running))
+        self.schedule_decodes_with_cohort(batch, list(self.running))
