@@ -5,13 +5,15 @@ output, one more gap since its last token, a new KV block every block_size steps
 request objects per step is most of a large simulation's time, so a scheduler may hand its
 steady decoders to a cohort: the cohort counts its own steps, records their end times, and keeps
 per member only what it had when it joined. Members' request fields are stale while they are in
-the cohort; ``materialise`` brings a member up to date (at its finish, or when the scheduler
-needs per-request decisions again, ``dissolve``). New blocks are taken eagerly, at the step
-whose token needs one, in running order (a prefix cache's evictions depend on that order), and
-a member leaves at the step that emits its last token (rule 1.3.2).
+the cohort; ``materialise`` brings a member up to date (at its finish, or for every member when
+the scheduler needs per-request decisions again, ``dissolve``). Members' stale fields keep
+computed = tokens - 1 and outputs >= 1, so a member still reads as a decoder (Request.is_prefill).
 
-Members' stale fields keep computed = tokens - 1 and outputs >= 1, so a member still reads as a
-decoder to code that asks (Request.is_prefill).
+New blocks are taken eagerly, at the step whose token needs one, in running order (a prefix
+cache's evictions depend on that order), and a member leaves at the step that emits its last
+token (rule 1.3.2). Both are kept as sorted lists of (cohort step, join key, request), so a step
+costs O(its new blocks and leavers), and a whole multi-step advance is planned from them
+(``plan_run``) without touching the other members.
 
 Exactness: the fields a member gets on leaving equal those of stepping it one token at a time,
 except ``itl_sq_sum_s2``, summed here by prefix differences (equal to ~1e-12 relative);
@@ -19,8 +21,8 @@ tests/test_fast_forward.py runs scenarios with and without the cohort.
 """
 from __future__ import annotations
 
-import heapq
 import math
+from bisect import bisect_left, insort
 
 import numpy as np
 
@@ -31,17 +33,22 @@ class DecodeCohort:
     def __init__(self, kv, max_model_len: int):
         self.kv = kv
         self.max_model_len = max_model_len
-        self.num_steps = 0                 # cohort steps done
-        self.ends: list[float] = []        # end time of each cohort step
+        self.num_steps = 0                   # cohort steps done
+        self.ends: list[float] = []          # end time of each cohort step
         self.gaps: list[float] = [math.nan]  # gaps[j] = ends[j] - ends[j - 1]
         self.sq_prefix: list[float] = [0.0]  # sum of gaps[1..j] squared
-        self.members: list[Request] = []   # in running order
-        self.bases = np.zeros(0, np.int64)  # per member: context minus the step it joined at
-        self.last_steps = np.zeros(0, np.int64)  # per member: the cohort step of its last token
-        self._joined: dict[Request, tuple] = {}  # request -> (join step, computed, outputs, last token s, key)
+        self.members: list[Request] = []     # in running order
+        # request -> (join step, computed, outputs, last token s, key, base, last step)
+        self._joined: dict[Request, tuple] = {}
         self._next_key = 0
-        self._block_heap: list[tuple] = []   # (cohort step needing a block, key, request)
-        self._finish_heap: list[tuple] = []  # (cohort step of the last token, key, request)
+        # Sorted (cohort step needing a block, key, request); a leaver's entry stays until it
+        # comes due (skipped then: _is_current).
+        self._block_due: list[tuple] = []
+        # Sorted (cohort step of the last token, key, request): members leave only from its
+        # front (end_step) or all at once (dissolve), so every entry is current.
+        self._finishes: list[tuple] = []
+        self._bases: list[tuple] = []        # sorted (context minus join step, key): the longest
+        self.base_sum = 0                    # sum of (context minus join step) over members
 
     def __len__(self) -> int:
         return len(self.members)
@@ -57,21 +64,22 @@ class DecodeCohort:
         self._next_key += 1
         steps_left = min(request.max_output_tokens - outputs,
                          self.max_model_len - request.num_prompt_tokens - outputs)
-        self._joined[request] = (g, computed, outputs, request.last_token_s, key)
+        base = computed - g
+        last_step = g + steps_left - 1
+        self._joined[request] = (g, computed, outputs, request.last_token_s, key, base, last_step)
         self.members.append(request)
-        self.bases = np.append(self.bases, computed - g)
-        self.last_steps = np.append(self.last_steps, g + steps_left - 1)
-        heapq.heappush(self._finish_heap, (g + steps_left - 1, key, request))
-        slots = self.kv.num_token_slots_of(request)
-        heapq.heappush(self._block_heap, (g + slots - computed, key, request))
+        self.base_sum += base
+        insort(self._bases, (base, key))
+        insort(self._finishes, (last_step, key, request))
+        insort(self._block_due, (g + self.kv.num_token_slots_of(request) - computed, key, request))
 
     def materialise(self, request: Request) -> None:
-        """Bring a member's fields up to date and take it out of the cohort."""
-        g0, computed, outputs, last_token_s, _ = self._joined.pop(request)
-        index = self.members.index(request)
-        del self.members[index]
-        self.bases = np.delete(self.bases, index)
-        self.last_steps = np.delete(self.last_steps, index)
+        """Bring a member's fields up to date and take it out of the cohort (its block entry
+        stays until it comes due or the cohort dissolves: it is skipped there)."""
+        g0, computed, outputs, last_token_s, key, base, _ = self._joined.pop(request)
+        self.members.remove(request)
+        self.base_sum -= base
+        del self._bases[bisect_left(self._bases, (base, key))]
         k = self.num_steps - g0
         if k == 0:
             return
@@ -96,33 +104,38 @@ class DecodeCohort:
         """Materialise every member (the scheduler goes back to per-request steps)."""
         for request in list(self.members):
             self.materialise(request)
-        self._block_heap.clear()
-        self._finish_heap.clear()
+        self._block_due.clear()
+        self._finishes.clear()
+
+    def _is_current(self, entry: tuple) -> bool:
+        joined = self._joined.get(entry[2])
+        return joined is not None and joined[4] == entry[1]
 
     # -- steps --------------------------------------------------------------------------------
     def begin_step(self, reserve_blocks: int = 0) -> bool:
         """Take the blocks this step's tokens need, in running order; False (nothing taken)
         when fewer blocks are free than that plus ``reserve_blocks`` (what the step's other
         requests need first): the scheduler must then preempt, member by member."""
-        heap, g = self._block_heap, self.num_steps
-        due = []
-        while heap and heap[0][0] <= g:
-            item = heapq.heappop(heap)
-            if item[2] in self._joined and self._joined[item[2]][4] == item[1]:
-                due.append(item)
+        due_list, g = self._block_due, self.num_steps
+        end = 0
+        while end < len(due_list) and due_list[end][0] <= g:
+            end += 1
+        if not end:
+            return reserve_blocks <= self.kv.num_free_blocks
+        due = [item for item in due_list[:end] if self._is_current(item)]
         if len(due) + reserve_blocks > self.kv.num_free_blocks:
-            for item in due:
-                heapq.heappush(heap, item)
             return False
+        del due_list[:end]
         block_size, append_block = self.kv.block_size, self.kv.append_block
-        for _, key, request in due:   # heap order: (step, key), and keys follow running order
+        for _, key, request in due:   # sorted by (step, key), and keys follow running order
             append_block(request)
-            heapq.heappush(heap, (g + block_size, key, request))
+            insort(due_list, (g + block_size, key, request))
         return True
 
     def context_array(self) -> np.ndarray:
         """Each member's context before the coming step, in running order."""
-        return self.bases + self.num_steps
+        g, joined = self.num_steps, self._joined
+        return np.array([joined[r][5] for r in self.members], np.int64) + g
 
     def end_step(self, now_s: float) -> list[Request]:
         """Every member sampled one token at ``now_s``; the members that emitted their last
@@ -134,16 +147,68 @@ class DecodeCohort:
             self.gaps.append(gap)
             self.sq_prefix.append(self.sq_prefix[-1] + gap * gap)
         self.num_steps = g + 1
-        heap, finished = self._finish_heap, []
-        while heap and heap[0][0] <= g:
-            _, key, request = heapq.heappop(heap)
-            if request in self._joined and self._joined[request][4] == key:
-                finished.append(request)
+        finishes = self._finishes
+        end = 0
+        while end < len(finishes) and finishes[end][0] <= g:
+            end += 1
+        if not end:
+            return []
+        finished = [item[2] for item in finishes[:end]]
+        del finishes[:end]
         for request in finished:
             self.materialise(request)
         return finished
 
-    def run_state(self) -> tuple[np.ndarray, np.ndarray]:
-        """(steps to finish, context) per member, as Scheduler.decode_run_state gives them."""
-        g = self.num_steps
-        return self.last_steps - g + 1, self.bases + g
+    # -- multi-step advances ------------------------------------------------------------------
+    def plan_run(self, price, start_s: float, next_arrival_s: float,
+                 through_finishes: bool) -> tuple[list[float], list[int]] | None:
+        """End times and row counts of the coming decode steps, every running request being a
+        member: up to the last leaver (or the first, unless ``through_finishes``), none starting
+        at or after the next arrival, none that could need more blocks than are free (blocks
+        freed by leavers are not counted). ``price(rows, context_sum, longest)`` is the cost
+        model's decode_step_time_s. O(steps + leavers + new blocks)."""
+        g, finishes = self.num_steps, self._finishes
+        if not finishes:
+            return None
+        last = finishes[-1][0] if through_finishes else finishes[0][0]
+        ends, rows_by_step = [], []
+        now_s, rows, base_sum, left = start_s, len(self.members), self.base_sum, 0
+        gone: set[int] = set()
+        top = len(self._bases) - 1
+        for i in range(last - g + 1):
+            if now_s >= next_arrival_s:
+                break
+            while finishes[left][0] < g + i:     # members whose last step has passed
+                key = finishes[left][1]
+                gone.add(key)
+                base_sum -= self._joined[finishes[left][2]][5]
+                rows -= 1
+                left += 1
+            while self._bases[top][1] in gone:
+                top -= 1
+            longest = self._bases[top][0] + g + i
+            now_s = now_s + price(rows, base_sum + rows * (g + i), longest)
+            ends.append(now_s)
+            rows_by_step.append(rows)
+        if not ends:
+            return None
+        m = self._steps_with_free_blocks(len(ends))
+        if m == 0:
+            return None
+        return ends[:m], rows_by_step[:m]
+
+    def _steps_with_free_blocks(self, m: int) -> int:
+        """How many of the coming m steps fit the free blocks (new blocks in step order, each
+        member's up to its last step)."""
+        g, bs, free = self.num_steps, self.kv.block_size, self.kv.num_free_blocks
+        steps = []
+        for step, key, request in self._block_due:
+            if step >= g + m:
+                break
+            joined = self._joined.get(request)
+            if joined is not None and joined[4] == key:
+                steps.extend(range(step, min(g + m, joined[6] + 1), bs))
+        if len(steps) <= free:
+            return m
+        steps.sort()
+        return steps[free] - g

@@ -16,7 +16,7 @@ import simpy
 
 from cost_models.base import StepCostModel
 from simulator.batch import Batch
-from simulator.fast_forward import apply_decode_run, delay_reaching, plan_decode_run
+from simulator.fast_forward import DecodeRun, apply_decode_run, delay_reaching, plan_decode_run
 from simulator.progress import NoProgressError, ProgressWatchdog, diagnose_stall
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
@@ -105,8 +105,8 @@ class Simulation:
         # Async scheduling keeps two batches in flight: step k+1 is formed while step k runs.
         depth = 2 if scheduler.async_scheduling else 1
         fast_forward = self.fast_forward and depth == 1
-        if fast_forward:   # nothing reads a request mid-run: steady decoders may go lazy
-            scheduler.enable_cohort()
+        if fast_forward and hasattr(cost, "decode_step_time_s"):
+            scheduler.enable_cohort()   # nothing reads a request mid-run: decoders may go lazy
         in_flight: deque[Batch] = deque()
         carried_preemptions = 0
         while True:
@@ -156,7 +156,13 @@ class Simulation:
         through = (scheduler.decode_runs_through_finishes and not scheduler.waiting
                    and self.max_concurrency is None)
         start_s = self.env.now
-        run = plan_decode_run(scheduler, self.cost_model, start_s, *state, self.next_arrival_s, through)
+        if state is scheduler.cohort:
+            run = state.plan_run(self.cost_model.decode_step_time_s, start_s, self.next_arrival_s,
+                                 through)
+            run = run and DecodeRun(*run)
+        else:
+            run = plan_decode_run(scheduler, self.cost_model, start_s, *state, self.next_arrival_s,
+                                  through)
         delay = run and delay_reaching(start_s, run.end_s[-1])
         if delay is None:
             return  # no exact single delay: let the next steps run one by one

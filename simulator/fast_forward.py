@@ -31,13 +31,14 @@ from simulator.kv_cache import KVCache
 
 @dataclass
 class DecodeRun:
-    """The plan for m decode steps starting at ``start_s``."""
+    """The plan for m decode steps starting at ``start_s``. The per-request arrays are those
+    of plan_decode_run; a decode cohort's run (DecodeCohort.plan_run) needs none."""
     end_s: list[float]          # end time of each step (accumulated like SimPy's clock)
     num_rows: list[int]         # rows each step computes (padding included)
-    last_step: np.ndarray       # per running request: the 0-based step that emits its last token
-    first_new_block: np.ndarray  # per running request: the step at which it next needs a block
-    new_blocks: np.ndarray      # per running request: blocks it takes during the run
-    new_by_step: np.ndarray     # blocks taken at each step
+    last_step: np.ndarray | None = None        # per request: the 0-based step of its last token
+    first_new_block: np.ndarray | None = None  # per request: the step it next needs a block at
+    new_blocks: np.ndarray | None = None       # per request: blocks it takes during the run
+    new_by_step: np.ndarray | None = None      # blocks taken at each step
 
     @property
     def num_steps(self) -> int:

@@ -130,9 +130,11 @@ def test_prefix_cache_scenarios_hit_evict_and_finish_inside_runs():
     original = fast_forward.apply_decode_run
 
     def counting_apply(scheduler, run, on_finished):
-        nonlocal finishes_in_runs
-        finishes_in_runs += int((run.last_step < run.num_steps - 1).sum())
-        return original(scheduler, run, on_finished)
+        def counting_finished(finished, now_s):
+            nonlocal finishes_in_runs
+            finishes_in_runs += len(finished) if now_s < run.end_s[-1] else 0
+            on_finished(finished, now_s)
+        return original(scheduler, run, counting_finished)
 
     fast_forward.apply_decode_run = counting_apply
     import simulator.engine as engine

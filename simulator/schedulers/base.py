@@ -135,14 +135,15 @@ class Scheduler:
             cohort.dissolve()
         return self.schedule_decodes(batch, decoders)
 
-    def decode_run_state(self) -> tuple | None:
+    def decode_run_state(self) -> tuple | DecodeCohort | None:
         """(steps to finish, context) per running request, when every running request is certain
-        to decode one token per step until its last (1 = the next step) with no admission; None
-        when unsure (someone is not decoding, or a request may be admitted)."""
+        to decode one token per step until its last (1 = the next step) with no admission (the
+        cohort itself when every running request is a member); None when unsure (someone is
+        not decoding, or a request may be admitted)."""
         if not self.running or not self.admission_blocked():
             return None
-        if self.cohort is not None:
-            return self.cohort.run_state() if len(self.cohort) == len(self.running) else None
+        if self.cohort is not None:   # the cohort plans its own runs (DecodeCohort.plan_run)
+            return self.cohort if len(self.cohort) == len(self.running) else None
         steps, contexts, max_model_len = [], [], self.max_model_len
         for r in self.running:
             num_tokens = r.num_prompt_tokens + r.num_output_tokens
