@@ -28,15 +28,21 @@ import numpy as np
 
 from simulator.request import Request
 
+_KEEP_STEPS = 4096   # step records kept before old ones are dropped (DecodeCohort._drop_old_steps)
+
 
 class DecodeCohort:
     def __init__(self, kv, max_model_len: int):
         self.kv = kv
         self.max_model_len = max_model_len
         self.num_steps = 0                   # cohort steps done
-        self.ends: list[float] = []          # end time of each cohort step
-        self.gaps: list[float] = [math.nan]  # gaps[j] = ends[j] - ends[j - 1]
-        self.sq_prefix: list[float] = [0.0]  # sum of gaps[1..j] squared
+        # Per cohort step j >= first (older steps are dropped once no member needs them, so
+        # memory does not grow with steps): its end time, its gap ends[j] - ends[j - 1], and
+        # the running sum of squared gaps.
+        self.first = 0
+        self.ends: list[float] = []
+        self.gaps: list[float] = [math.nan]
+        self.sq_prefix: list[float] = [0.0]
         self.members: list[Request] = []     # in running order
         # request -> (join step, computed, outputs, last token s, key, base, last step)
         self._joined: dict[Request, tuple] = {}
@@ -85,17 +91,17 @@ class DecodeCohort:
             return
         request.num_computed_tokens = computed + k
         request.num_output_tokens = outputs + k
-        first_gap = self.ends[g0] - last_token_s
-        later = self.gaps[g0 + 1:self.num_steps]
-        request.itl_sq_sum_s2 += first_gap * first_gap + (self.sq_prefix[self.num_steps - 1]
-                                                          - self.sq_prefix[g0])
+        j0, j = g0 - self.first, self.num_steps - 1 - self.first   # list indices
+        first_gap = self.ends[j0] - last_token_s
+        later = self.gaps[j0 + 1:j + 1]
+        request.itl_sq_sum_s2 += first_gap * first_gap + (self.sq_prefix[j] - self.sq_prefix[j0])
         max_gap = max(first_gap, max(later)) if later else first_gap
         if max_gap > request.max_itl_s:
             request.max_itl_s = max_gap
         if request.itl_gaps_s is not None:
             request.itl_gaps_s.append(first_gap)
             request.itl_gaps_s.extend(later)
-        request.last_token_s = self.ends[self.num_steps - 1]
+        request.last_token_s = self.ends[j]
         # A prefix cache hashes blocks as they fill: generated tokens are not shareable, so
         # only its count of full blocks moves, brought up to date here.
         self.kv.allocate_up_to(request, computed + k)
@@ -141,12 +147,14 @@ class DecodeCohort:
         """Every member sampled one token at ``now_s``; the members that emitted their last
         token leave, materialised, in running order."""
         g = self.num_steps
-        self.ends.append(now_s)
-        if g:
-            gap = now_s - self.ends[g - 1]
+        if g > self.first:
+            gap = now_s - self.ends[-1]
             self.gaps.append(gap)
             self.sq_prefix.append(self.sq_prefix[-1] + gap * gap)
+        self.ends.append(now_s)
         self.num_steps = g + 1
+        if len(self.ends) > _KEEP_STEPS:
+            self._drop_old_steps()
         finishes = self._finishes
         end = 0
         while end < len(finishes) and finishes[end][0] <= g:
@@ -158,6 +166,14 @@ class DecodeCohort:
         for request in finished:
             self.materialise(request)
         return finished
+
+    def _drop_old_steps(self) -> None:
+        """Forget steps before the oldest member joined (members join in list order)."""
+        oldest = self._joined[self.members[0]][0] if self.members else self.num_steps - 1
+        drop = oldest - self.first
+        if drop > 0:
+            del self.ends[:drop], self.gaps[:drop], self.sq_prefix[:drop]
+            self.first = oldest
 
     # -- multi-step advances ------------------------------------------------------------------
     def plan_run(self, price, start_s: float, next_arrival_s: float,

@@ -247,3 +247,13 @@ def test_many_decode_steps_are_priced_to_the_bit_like_one_at_a_time():
             assert vector.tolist() == scalar, name
             checked += 1
     assert checked >= 10
+
+
+@pytest.mark.parametrize("seed", [2, 13, 14, 21])
+def test_cohort_forgets_old_steps_without_changing_results(seed, monkeypatch):
+    # The cohort drops step records no member needs (memory flat in steps); keep only 8 here
+    # so that it happens many times in a small run.
+    import simulator.decode_cohort as cohort_module
+    monkeypatch.setattr(cohort_module, "_KEEP_STEPS", 8)
+    stepwise, fast = stepwise_and_fast(prefix_cache_scenario(seed))
+    assert fingerprint(fast) == fingerprint(stepwise)
