@@ -19,61 +19,26 @@ timings of this workload are printed as ratios where they exist (NA elsewhere).
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from simulator.scenario import load_scenario  # noqa: E402
+from whole_process import line, time_run  # noqa: E402
 
 TARGET_S = {1000: 0.5, 10000: 1.6}          # issue 6: median whole-process wall per scheduler
 # Vidur's wall time on the same workload (issue 6), by our scheduler label.
 VIDUR_S = {("vllm_v0", 1000): 14.7, ("sarathi", 1000): 12.7,
            ("vllm_v0", 10000): 81.0, ("sarathi", 10000): 83.0}
-SUMMARY_KEYS = ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms",
-                "p99_e2el_ms")
-
-
-def run_once(command: list[str]) -> tuple[float, float]:
-    """(wall seconds, peak RSS in MiB) of one child process; a failed run stops the bench."""
-    with tempfile.TemporaryFile() as stderr:
-        start = time.perf_counter()
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
-        _, status, usage = os.wait4(proc.pid, 0)   # this child's own rusage, not all children's
-        wall_s = time.perf_counter() - start
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            stderr.seek(0)
-            sys.exit(f"bench: {' '.join(command)} exited {proc.returncode}: "
-                     f"{stderr.read().decode(errors='replace').strip()}")
-    return wall_s, usage.ru_maxrss / 1024     # Linux reports KiB
 
 
 def bench_line(scenario: Path, label: str, num_requests: int, repeat: int) -> str:
-    with tempfile.TemporaryDirectory(prefix="peer-bench-") as out_dir:
-        command = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--scheduler", label,
-                   "--no-plots", "-o", out_dir, "--set", f"workload.num_requests={num_requests}"]
-        runs = [run_once(command) for _ in range(repeat)]
-        summary = json.loads((Path(out_dir) / label / "summary.json").read_text())
-    walls = [wall for wall, _ in runs]
-    wall = statistics.median(walls)
-    fields = {"scheduler": label, "requests": summary["completed"], "runs": repeat,
-              "wall_s": f"{wall:.3f}", "wall_min_s": f"{min(walls):.3f}",
-              "wall_max_s": f"{max(walls):.3f}", "peak_rss_mb": f"{max(r for _, r in runs):.0f}",
-              "req_per_s": f"{summary['completed'] / wall:.0f}",
-              "steps_per_s": f"{summary['num_steps'] / wall:.0f}",
-              "sim_over_wall": f"{summary['duration'] / wall:.0f}",
-              "sim_s": f"{summary['duration']:.1f}", "steps": summary["num_steps"]}
-    fields.update({key: f"{summary[key]:.2f}" for key in SUMMARY_KEYS})
-    fields.update(_ratios(wall, label, num_requests))
-    return "peer " + " ".join(f"{k}={v}" for k, v in fields.items())
+    fields, _ = time_run(scenario, label, [f"workload.num_requests={num_requests}"], repeat)
+    return line("peer", {"scheduler": label, **fields, **_ratios(float(fields["wall_s"]), label,
+                                                                 num_requests)})
 
 
 def _ratios(wall_s: float, label: str, num_requests: int) -> dict[str, str]:

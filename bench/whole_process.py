@@ -1,0 +1,57 @@
+"""Run `servesim run` as a fresh process and measure it (shared by bench/peer.py and bench/suite.py)."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SUMMARY_KEYS = ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "mean_e2el_ms",
+                "p99_e2el_ms")
+
+
+def run_once(command: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MiB) of one child process; a failed run stops the bench."""
+    with tempfile.TemporaryFile() as stderr:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr)
+        _, status, usage = os.wait4(proc.pid, 0)   # this child's own rusage, not all children's
+        wall_s = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            stderr.seek(0)
+            sys.exit(f"bench: {' '.join(command)} exited {proc.returncode}: "
+                     f"{stderr.read().decode(errors='replace').strip()}")
+    return wall_s, usage.ru_maxrss / 1024     # Linux reports KiB
+
+
+def time_run(scenario: Path, label: str, overrides: list[str], repeat: int) -> tuple[dict, dict]:
+    """Run ``servesim run SCENARIO --scheduler LABEL --no-plots`` ``repeat`` times; return the
+    measured fields (median wall, peak RSS, rates) and the last run's summary.json."""
+    with tempfile.TemporaryDirectory(prefix="servesim-bench-") as out_dir:
+        command = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--scheduler", label,
+                   "--no-plots", "-o", out_dir]
+        for override in overrides:
+            command += ["--set", override]
+        runs = [run_once(command) for _ in range(repeat)]
+        summary = json.loads((Path(out_dir) / label / "summary.json").read_text())
+    walls = [wall for wall, _ in runs]
+    wall = statistics.median(walls)
+    fields = {"requests": summary["completed"], "runs": repeat,
+              "wall_s": f"{wall:.3f}", "wall_min_s": f"{min(walls):.3f}",
+              "wall_max_s": f"{max(walls):.3f}", "peak_rss_mb": f"{max(r for _, r in runs):.0f}",
+              "req_per_s": f"{summary['completed'] / wall:.0f}",
+              "steps_per_s": f"{summary['num_steps'] / wall:.0f}",
+              "sim_over_wall": f"{summary['duration'] / wall:.1f}",
+              "sim_s": f"{summary['duration']:.1f}", "steps": summary["num_steps"]}
+    fields.update({key: f"{summary[key]:.2f}" for key in SUMMARY_KEYS})
+    return fields, summary
+
+
+def line(prefix: str, fields: dict) -> str:
+    return prefix + " " + " ".join(f"{k}={v}" for k, v in fields.items())
