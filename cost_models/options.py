@@ -3,24 +3,53 @@
 Strict on purpose: a YAML string "3" or a boolean is not a count, and a typo should fail before
 the run rather than be coerced. Every options dataclass gets ``extra='forbid'`` through
 ``options_config`` so an unknown key is an error.
+
+The constraints are plain ``Constraint`` metadata, not pydantic's ``Field``: importing pydantic
+costs a fifth of a second, and `servesim run` checks a valid file without it
+(simulator/strict_fields.py). Pydantic, when it is asked (error messages, ``servesim schema``),
+reads each ``Constraint`` as the ``Field`` of the same arguments.
 """
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass, fields
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field
 
-Int = Annotated[int, Field(strict=True)]
-PositiveInt = Annotated[int, Field(strict=True, gt=0)]
-NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
-Float = Annotated[float, Field(strict=True)]
-PositiveFloat = Annotated[float, Field(strict=True, gt=0)]
-NonNegativeFloat = Annotated[float, Field(strict=True, ge=0)]
-Fraction = Annotated[float, Field(strict=True, ge=0.0, lt=1.0)]
-UnitInterval = Annotated[float, Field(strict=True, gt=0.0, le=1.0)]
-Bool = Annotated[bool, Field(strict=True)]
+@dataclass(frozen=True)
+class Constraint:
+    """The arguments of pydantic's ``Field`` that options use; ``None`` means not set."""
 
-OPTIONS_CONFIG = ConfigDict(extra="forbid")
+    strict: bool | None = None
+    gt: float | None = None
+    ge: float | None = None
+    lt: float | None = None
+    le: float | None = None
+    allow_inf_nan: bool | None = None
+    pattern: str | None = None
+    min_length: int | None = None
+    discriminator: str | None = None
+
+    def field_arguments(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
+        """Pydantic's hook for unknown metadata: validate as ``Annotated[source, Field(...)]``."""
+        from pydantic import Field
+        return handler(Annotated[source, Field(**self.field_arguments())])
+
+
+Int = Annotated[int, Constraint(strict=True)]
+PositiveInt = Annotated[int, Constraint(strict=True, gt=0)]
+NonNegativeInt = Annotated[int, Constraint(strict=True, ge=0)]
+Float = Annotated[float, Constraint(strict=True)]
+PositiveFloat = Annotated[float, Constraint(strict=True, gt=0)]
+NonNegativeFloat = Annotated[float, Constraint(strict=True, ge=0)]
+Fraction = Annotated[float, Constraint(strict=True, ge=0.0, lt=1.0)]
+UnitInterval = Annotated[float, Constraint(strict=True, gt=0.0, le=1.0)]
+Bool = Annotated[bool, Constraint(strict=True)]
+
+# pydantic's ConfigDict is a TypedDict: a plain dict is the same configuration.
+OPTIONS_CONFIG = {"extra": "forbid"}
 
 
 def options_config(cls):

@@ -2,23 +2,33 @@
 
 Every user mistake becomes one ``ScenarioError`` line naming the field path, the value and what is
 allowed. ``servesim schema`` prints the JSON Schema of the same model so editors can check files.
+
+``Scenario`` is a frozen dataclass. A valid file is built straight from its type hints
+(simulator/strict_fields.py); pydantic, slow to import, is asked only when that quick check is
+unsure (it then accepts the input or words the error) and for the JSON Schema, through a model
+made from the same fields.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import re
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from cost_models.options import (Bool, NonNegativeInt, PositiveFloat, PositiveInt, UnitInterval,
-                                 options_config)
+from cost_models.options import (Bool, Constraint, NonNegativeInt, PositiveFloat, PositiveInt,
+                                 UnitInterval, options_config)
 from simulator.schedulers.registry import get_preset, preset_names
+from simulator.strict_fields import Unsure, build
 from simulator.workload.generate import WorkloadSpec
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, TypeAdapter, ValidationError
 
 
 class ScenarioError(ValueError):
@@ -28,8 +38,8 @@ class ScenarioError(ValueError):
 # A name becomes a folder under the result directory: no separators, no "." or ".." tricks.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 # The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.
-GpuBlocks = Annotated[int, Field(strict=True, ge=2)]
-Percentile = Annotated[float, Field(strict=True, gt=0, le=100)]
+GpuBlocks = Annotated[int, Constraint(strict=True, ge=2)]
+Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
 
 
 @options_config
@@ -65,18 +75,17 @@ class MetricsOptions:
     record_itl_gaps: Bool = True        # exact ITL percentiles; memory grows with tokens
 
 
-class Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str = Field(pattern=NAME_PATTERN)
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    name: Annotated[str, Constraint(pattern=NAME_PATTERN)]
     description: str = ""
     seed: NonNegativeInt = 0            # numpy seeds are non-negative
     model: str
     hardware: str | dict[str, Any] = "h100-sxm"
-    cost_model: dict[str, Any] = Field(default_factory=lambda: {"kind": "roofline"})
+    cost_model: dict[str, Any] = field(default_factory=lambda: {"kind": "roofline"})
     engine: EngineOptions = EngineOptions()
     workload: WorkloadSpec
-    schedulers: list[dict[str, Any]] = Field(min_length=1)
+    schedulers: Annotated[list[dict[str, Any]], Constraint(min_length=1)]
     metrics: MetricsOptions = MetricsOptions()
     # `servesim sweep` only (`servesim run` ignores both and runs the file as written): dotted
     # field paths to lists of values, crossed; and how many seeds (seed, seed+1, ...) per point.
@@ -94,11 +103,57 @@ class Scenario(BaseModel):
                                     f"scheduler a unique name")
         return options
 
+    def model_copy(self, update: dict[str, Any]) -> Scenario:
+        """A copy with ``update``'s fields replaced (the name pydantic models use; sweeps call it)."""
+        return dataclasses.replace(self, **update)
+
+
+@functools.lru_cache(maxsize=None)
+def _scenario_model() -> type[BaseModel]:
+    """The pydantic model of ``Scenario``'s fields: its errors and its JSON Schema."""
+    from pydantic import ConfigDict, Field, create_model
+    hints = typing.get_type_hints(Scenario, include_extras=True)
+    fields = {}
+    for f in dataclasses.fields(Scenario):
+        if f.default_factory is not dataclasses.MISSING:
+            fields[f.name] = (hints[f.name], Field(default_factory=f.default_factory))
+        else:
+            fields[f.name] = (hints[f.name], ... if f.default is dataclasses.MISSING else f.default)
+    return create_model("Scenario", __config__=ConfigDict(extra="forbid", frozen=True), **fields)
+
+
+def _build_scenario(raw: dict) -> Scenario:
+    try:
+        return build(Scenario, raw)
+    except Unsure:
+        pass
+    from pydantic import ValidationError
+    try:
+        model = _scenario_model().model_validate(raw)
+    except ValidationError as exc:
+        raise ScenarioError(format_validation_error(exc, raw=raw)) from None
+    except ValueError as exc:
+        raise ScenarioError(str(exc).split("\n")[0]) from None
+    return Scenario(**{f.name: getattr(model, f.name) for f in dataclasses.fields(Scenario)})
+
 
 @functools.lru_cache(maxsize=None)
 def _options_adapter(options_cls: type) -> TypeAdapter:
     """Building a validator costs ~10 ms; sweeps validate the same classes many times."""
+    from pydantic import TypeAdapter
     return TypeAdapter(options_cls)
+
+
+def _validate_options(options_cls: type, entry: dict[str, Any], index: int) -> Any:
+    try:
+        return build(options_cls, entry)
+    except Unsure:
+        pass
+    from pydantic import ValidationError
+    try:
+        return _options_adapter(options_cls).validate_python(entry)
+    except ValidationError as exc:
+        raise ScenarioError(format_validation_error(exc, f"schedulers[{index}]", entry)) from None
 
 
 def _scheduler_options(index: int, entry: dict[str, Any]):
@@ -119,10 +174,7 @@ def _scheduler_options(index: int, entry: dict[str, Any]):
         raise ScenarioError(f"schedulers[{index}].preset: {preset!r} is not a scheduler class (it "
                             f"needs an Options dataclass; see simulator/schedulers/base.py)")
     entry = {**found.defaults, **entry}   # the preset's own defaults (e.g. Sarathi's 512 budget)
-    try:
-        options = _options_adapter(cls.Options).validate_python(entry)
-    except ValidationError as exc:
-        raise ScenarioError(format_validation_error(exc, f"schedulers[{index}]", entry)) from None
+    options = _validate_options(cls.Options, entry, index)
     name = getattr(options, "name", None)
     if name is not None and not re.fullmatch(NAME_PATTERN, name):
         raise ScenarioError(f"schedulers[{index}].name: {name!r} is not allowed: it names the result "
@@ -238,12 +290,7 @@ def read_raw_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] =
 
 def validate_scenario(raw: dict, base_dir: Path | None = None) -> Scenario:
     raw = _resolve_paths(raw, base_dir) if base_dir else raw
-    try:
-        scenario = Scenario.model_validate(raw)
-    except ValidationError as exc:
-        raise ScenarioError(format_validation_error(exc, raw=raw)) from None
-    except ValueError as exc:
-        raise ScenarioError(str(exc).split("\n")[0]) from None
+    scenario = _build_scenario(raw)
     scenario.scheduler_options()
     _check_files(scenario)
     if scenario.sweep is not None or scenario.num_seeds != 1:
@@ -322,4 +369,4 @@ def _check_index(key: str, part: str, node: list) -> None:
 
 
 def json_schema() -> dict:
-    return Scenario.model_json_schema()
+    return _scenario_model().model_json_schema()

@@ -1,7 +1,8 @@
 """Workloads: when requests arrive and how long their prompts and outputs are.
 
 ``generate_workload(WorkloadSpec, rng) -> WorkloadTrace`` is the entry point; the option classes are
-frozen dataclasses with a ``kind`` discriminator so the scenario layer can validate them with pydantic.
+frozen dataclasses with a ``kind`` discriminator; the scenario layer validates them from their type
+hints (simulator/strict_fields.py, and pydantic for error messages and the JSON Schema).
 """
 from simulator.workload.arrivals import ConstantArrivals, GammaArrivals, InfArrivals, PoissonArrivals
 from simulator.workload.generate import (ArrivalSpec, LengthSpec, PriorityChoice, WorkloadSpec,

@@ -27,14 +27,13 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import ConfigDict, Field
 
+from cost_models.options import OPTIONS_CONFIG, Constraint
 from simulator.workload.lengths import invalid
 
 Timing = Literal["newer", "older"]
-RatePerS = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+RatePerS = Annotated[float, Constraint(strict=True, gt=0, allow_inf_nan=False)]
 _TIMINGS = ("newer", "older")
-_STRICT = ConfigDict(extra="forbid")  # the config layer rejects unknown keys in scenario files
 
 
 def _check_rate(owner: str, rate: float) -> None:
@@ -108,9 +107,9 @@ class GammaArrivals(_RenewalArrivals):
 
     kind: Literal["gamma"] = field(default="gamma", kw_only=True)
     rate: RatePerS
-    burstiness: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] = 1.0
+    burstiness: Annotated[float, Constraint(strict=True, gt=0, allow_inf_nan=False)] = 1.0
     timing: Timing = "newer"
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = OPTIONS_CONFIG  # unknown keys are errors
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -131,7 +130,7 @@ class PoissonArrivals(_RenewalArrivals):
     kind: Literal["poisson"] = field(default="poisson", kw_only=True)
     rate: RatePerS
     timing: Timing = "newer"
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = OPTIONS_CONFIG  # unknown keys are errors
 
     def gaps_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
         return rng.gamma(shape=1.0, scale=1.0 / self.rate, size=n)
@@ -144,7 +143,7 @@ class ConstantArrivals(_RenewalArrivals):
     kind: Literal["constant"] = field(default="constant", kw_only=True)
     rate: RatePerS
     timing: Timing = "newer"
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = OPTIONS_CONFIG  # unknown keys are errors
 
     @property
     def _first_index(self) -> int:
@@ -170,7 +169,7 @@ class InfArrivals:
     """``--request-rate inf``: every request is released at t=0 (with ``max_concurrency`` C: C users)."""
 
     kind: Literal["inf"] = field(default="inf", kw_only=True)
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = OPTIONS_CONFIG  # unknown keys are errors
 
     def arrival_times_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
         _check_n(n)

@@ -20,17 +20,17 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import ConfigDict, Field
 
+from cost_models.options import OPTIONS_CONFIG, Constraint
 from simulator.workload.arrivals import ConstantArrivals, GammaArrivals, InfArrivals, PoissonArrivals
 from simulator.workload.lengths import (EmpiricalLength, FixedLength, LognormalLength, UniformLength,
                                         VllmRandomLengths, invalid)
 from simulator.workload.traces import TraceArrivals, WorkloadTrace
 
 ArrivalSpec = Annotated[Union[PoissonArrivals, GammaArrivals, ConstantArrivals, InfArrivals, TraceArrivals],
-                        Field(discriminator="kind")]
+                        Constraint(discriminator="kind")]
 LengthSpec = Annotated[Union[FixedLength, UniformLength, LognormalLength, EmpiricalLength],
-                       Field(discriminator="kind")]
+                       Constraint(discriminator="kind")]
 _ARRIVALS = (PoissonArrivals, GammaArrivals, ConstantArrivals, InfArrivals, TraceArrivals)
 _LENGTHS = (FixedLength, UniformLength, LognormalLength, EmpiricalLength)
 
@@ -42,8 +42,8 @@ class PriorityChoice:
 
     kind: Literal["choice"] = field(default="choice", kw_only=True)
     values: tuple[int, ...]
-    weights: tuple[Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)], ...] | None = None
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    weights: tuple[Annotated[float, Constraint(strict=True, ge=0, allow_inf_nan=False)], ...] | None = None
+    __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
         if not self.values or not all(isinstance(v, int) and not isinstance(v, bool) for v in self.values):
@@ -74,12 +74,12 @@ class WorkloadSpec:
     arrival: ArrivalSpec
     prompt_len: LengthSpec | None = None
     output_len: LengthSpec | None = None
-    num_requests: Annotated[int, Field(strict=True, ge=1)] | None = None
-    duration_s: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] | None = None
-    max_concurrency: Annotated[int, Field(strict=True, ge=1)] | None = None
+    num_requests: Annotated[int, Constraint(strict=True, ge=1)] | None = None
+    duration_s: Annotated[float, Constraint(strict=True, gt=0, allow_inf_nan=False)] | None = None
+    max_concurrency: Annotated[int, Constraint(strict=True, ge=1)] | None = None
     lengths: VllmRandomLengths | None = None
     priority: PriorityChoice | None = None
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
         self._check_types()

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import ConfigDict, Field
 
-PositiveInt = Annotated[int, Field(strict=True, ge=1)]
-NonNegativeInt = Annotated[int, Field(strict=True, ge=0)]
-RangeRatio = Annotated[float, Field(strict=True, ge=0.0, lt=1.0)]
-_STRICT = ConfigDict(extra="forbid")
+from cost_models.options import OPTIONS_CONFIG, Constraint
+
+PositiveInt = Annotated[int, Constraint(strict=True, ge=1)]
+NonNegativeInt = Annotated[int, Constraint(strict=True, ge=0)]
+RangeRatio = Annotated[float, Constraint(strict=True, ge=0.0, lt=1.0)]
 
 
 def invalid(name: str, value: object, allowed: str) -> ValueError:
@@ -37,7 +37,7 @@ class FixedLength:
 
     kind: Literal["fixed"] = field(default="fixed", kw_only=True)
     value: PositiveInt
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
         _require_int("FixedLength", "value", self.value, 1)
@@ -53,7 +53,7 @@ class UniformLength:
     kind: Literal["uniform"] = field(default="uniform", kw_only=True)
     low: PositiveInt
     high: PositiveInt
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
         _require_int("UniformLength", "low", self.low, 1)
@@ -68,11 +68,11 @@ class LognormalLength:
     """``median * exp(sigma * Z)``, rounded half-to-even (``np.rint``), then clipped to [min, max]."""
 
     kind: Literal["lognormal"] = field(default="lognormal", kw_only=True)
-    median: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
-    sigma: Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+    median: Annotated[float, Constraint(strict=True, gt=0, allow_inf_nan=False)]
+    sigma: Annotated[float, Constraint(strict=True, ge=0, allow_inf_nan=False)]
     min: PositiveInt = 1
     max: PositiveInt | None = None
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.median) and self.median > 0):
@@ -97,7 +97,7 @@ class EmpiricalLength:
     kind: Literal["empirical"] = field(default="empirical", kw_only=True)
     path: str
     column: str | None = None
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path:
@@ -154,7 +154,7 @@ class RangeRatios:
 
     input: RangeRatio
     output: RangeRatio
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
         for name in ("input", "output"):
@@ -190,7 +190,7 @@ class VllmRandomLengths:
     num_special_tokens: NonNegativeInt = 0
     prefix_len: NonNegativeInt = 0
     vocab_size: PositiveInt | None = None
-    __pydantic_config__ = _STRICT
+    __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "num_special_tokens", "prefix_len"):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import dataclasses
 import functools
-import hashlib
 import json
 import math
 import os
@@ -19,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import ConfigDict, Field
 
+from cost_models.options import OPTIONS_CONFIG, Constraint
 from simulator.request import Request
 from simulator.workload.lengths import invalid, parse_length
 
@@ -85,6 +84,7 @@ class WorkloadTrace:
 
     def fingerprint(self) -> str:
         """sha256 over every column's bytes (with names and sizes, so columns cannot alias)."""
+        import hashlib  # on use: loading OpenSSL is ~8 ms of a run's start-up, and a run needs none
         digest = hashlib.sha256()
         parts = [("arrival_s", self.arrival_s), ("num_prompt_tokens", self.num_prompt_tokens),
                  ("max_output_tokens", self.max_output_tokens)]
@@ -136,9 +136,9 @@ class TraceArrivals:
 
     kind: Literal["trace"] = field(default="trace", kw_only=True)
     path: str
-    time_scale: Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)] = 1.0
+    time_scale: Annotated[float, Constraint(strict=True, gt=0, allow_inf_nan=False)] = 1.0
     start_at_zero: bool = False
-    __pydantic_config__ = ConfigDict(extra="forbid")
+    __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path.endswith((".jsonl", ".csv")):
