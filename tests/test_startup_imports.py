@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# Heavy packages no `servesim run --no-plots` needs (plots, fitting, calibration, sweeps).
-NOT_FOR_RUN = ("matplotlib", "pandas", "scipy", "torch", "ray", "tqdm", "jsonschema")
+# Heavy packages no `servesim run --no-plots` needs (plots, fitting, calibration, sweeps; pydantic
+# only words errors and the JSON Schema: a valid file is checked without it).
+NOT_FOR_RUN = ("matplotlib", "pandas", "scipy", "torch", "ray", "tqdm", "jsonschema", "pydantic",
+               "pydantic_core", "annotated_types")
 
 RUN_AND_LIST_MODULES = """
 import json, sys
@@ -74,6 +76,36 @@ def test_run_imports_only_its_own_cost_model_kind(tmp_path: Path, kind, needed, 
                             "-o", str(tmp_path / "out"))
     assert needed in modules
     assert modules.isdisjoint(not_needed), sorted(modules & set(not_needed))
+
+
+def test_run_loads_neither_numpys_masked_arrays_nor_other_presets(tmp_path: Path):
+    """The summary's medians and percentiles need no numpy.ma; a vllm_v1 run no other policy."""
+    modules = modules_after("run", str(write_scenario(tmp_path, "{kind: unit}")), "--no-plots",
+                            "-o", str(tmp_path / "out"))
+    assert "simulator.metrics.summary" in modules and "simulator.schedulers.vllm_v1" in modules
+    assert "numpy.ma" not in modules
+    others = {f"simulator.schedulers.{m}" for m in ("static", "orca", "vllm_v0", "sarathi")}
+    assert modules.isdisjoint(others), sorted(modules & others)
+
+
+def test_a_bad_value_still_gets_pydantics_one_line_error(tmp_path: Path):
+    """Pydantic is loaded only when the quick check is unsure; the message is its usual one."""
+    path = write_scenario(tmp_path, "{kind: unit}")
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "run", str(path), "--no-plots",
+                           "-o", str(tmp_path / "out"), "--set", "workload.arrival.rate=0"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (2, "error: workload.arrival.rate: 0 is not allowed: "
+                                                 "Input should be greater than 0\n")
+
+
+def test_every_builtin_preset_is_found_by_its_own_module():
+    """registry.BUILTIN_MODULES, which lets a lookup import one module, names each preset's module."""
+    from simulator.schedulers.registry import _PRESETS, BUILTIN_MODULES, preset_names
+    builtin = {name for name in preset_names()
+               if _PRESETS[name].cls.__module__.startswith("simulator.schedulers.")}
+    assert builtin == set(BUILTIN_MODULES)
+    for name in builtin:
+        assert _PRESETS[name].cls.__module__ == f"simulator.schedulers.{BUILTIN_MODULES[name]}"
 
 
 def test_listing_commands_import_neither_numpy_nor_pydantic():

@@ -1,7 +1,9 @@
 """Scheduler presets: a name maps to a policy class and the option defaults of that preset.
 
-A new policy is one module with a class decorated by ``@register_scheduler("name")``. Out-of-tree
-policies are named ``package.module:Class`` in the scenario and loaded on demand.
+A new policy is one module with a class decorated by ``@register_scheduler("name")`` and a line in
+``BUILTIN_MODULES``. Out-of-tree policies are named ``package.module:Class`` in the scenario and
+loaded on demand. A lookup imports only the module of the preset asked for (start-up time counts);
+listing the presets imports them all.
 """
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 _PRESETS: dict[str, "Preset"] = {}
-_BUILTIN_MODULES = ("static", "orca", "vllm_v0", "sarathi", "vllm_v1")
+# Each built-in preset name and alias -> its module under simulator/schedulers/.
+BUILTIN_MODULES = {"static": "static", "faster_transformer": "static", "orca": "orca",
+                   "vllm_v0": "vllm_v0", "sarathi": "sarathi", "vllm_v1": "vllm_v1"}
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,7 @@ def register_scheduler(name: str, *, aliases: tuple[str, ...] = (), defaults: di
 
 
 def _load_builtins() -> None:
-    for module in _BUILTIN_MODULES:
+    for module in sorted(set(BUILTIN_MODULES.values())):
         importlib.import_module(f"simulator.schedulers.{module}")
 
 
@@ -42,7 +46,8 @@ def preset_names() -> list[str]:
 
 def get_preset(name: str) -> Preset:
     """A registered preset, or an out-of-tree ``package.module:Class``."""
-    _load_builtins()
+    if name not in _PRESETS and name in BUILTIN_MODULES:
+        importlib.import_module(f"simulator.schedulers.{BUILTIN_MODULES[name]}")
     if name in _PRESETS:
         return _PRESETS[name]
     if ":" in name:
@@ -52,5 +57,5 @@ def get_preset(name: str) -> Preset:
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"schedulers.preset: cannot load {name!r} ({exc})") from None
         return Preset(name, cls)
-    raise ValueError(f"schedulers.preset: {name!r} is not one of {', '.join(sorted(_PRESETS))} "
+    raise ValueError(f"schedulers.preset: {name!r} is not one of {', '.join(preset_names())} "
                      f"or package.module:Class")
