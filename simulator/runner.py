@@ -135,7 +135,7 @@ def check_requests_fit(prepared: Prepared, run: PreparedRun) -> None:
             f"workload: request {longest} has a {int(trace.num_prompt_tokens[longest])}-token prompt, "
             f"longer than {run.label} allows ({limit} tokens: max_model_len "
             f"{run.context.max_model_len}{_budget_note(scheduler)})")
-    worst = max(range(len(trace)), key=lambda i: int(trace.num_prompt_tokens[i] + trace.max_output_tokens[i]))
+    worst = int(np.argmax(trace.num_prompt_tokens + trace.max_output_tokens))  # the first longest
     probe = Request(worst, 0.0, int(trace.num_prompt_tokens[worst]), int(trace.max_output_tokens[worst]))
     need = scheduler.blocks_to_finish(probe)
     if need > scheduler.kv.num_total_blocks:
