@@ -26,6 +26,7 @@ from bisect import bisect_left, insort
 
 import numpy as np
 
+from simulator.fast_forward import DecodeSegment
 from simulator.request import Request
 
 _KEEP_STEPS = 4096   # step records kept before old ones are dropped (DecodeCohort._drop_old_steps)
@@ -176,36 +177,38 @@ class DecodeCohort:
             self.first = oldest
 
     # -- multi-step advances ------------------------------------------------------------------
-    def plan_run(self, price, start_s: float, next_arrival_s: float,
+    def plan_run(self, cost_model, start_s: float, next_arrival_s: float,
                  through_finishes: bool) -> tuple[list[float], list[int]] | None:
         """End times and row counts of the coming decode steps, every running request being a
         member: up to the last leaver (or the first, unless ``through_finishes``), none starting
         at or after the next arrival, none that could need more blocks than are free (blocks
-        freed by leavers are not counted). ``price(rows, context_sum, longest)`` is the cost
-        model's decode_step_time_s. O(steps + leavers + new blocks)."""
+        freed by leavers are not counted). Steps between two leavers share their rows and are
+        priced together (fast_forward.DecodeSegment). O(steps + leavers + new blocks)."""
         g, finishes = self.num_steps, self._finishes
         if not finishes:
             return None
-        last = finishes[-1][0] if through_finishes else finishes[0][0]
+        limit = (finishes[-1][0] if through_finishes else finishes[0][0]) - g + 1
         ends, rows_by_step = [], []
-        now_s, rows, base_sum, left = start_s, len(self.members), self.base_sum, 0
+        now_s, rows, base_sum, left, i = start_s, len(self.members), self.base_sum, 0, 0
         gone: set[int] = set()
         top = len(self._bases) - 1
-        for i in range(last - g + 1):
-            if now_s >= next_arrival_s:
-                break
+        while i < limit and now_s < next_arrival_s:
             while finishes[left][0] < g + i:     # members whose last step has passed
-                key = finishes[left][1]
-                gone.add(key)
+                gone.add(finishes[left][1])
                 base_sum -= self._joined[finishes[left][2]][5]
                 rows -= 1
                 left += 1
             while self._bases[top][1] in gone:
                 top -= 1
-            longest = self._bases[top][0] + g + i
-            now_s = now_s + price(rows, base_sum + rows * (g + i), longest)
-            ends.append(now_s)
-            rows_by_step.append(rows)
+            stop = min(limit, finishes[left][0] - g + 1)   # the rows change after this step
+            # Step i prices rows decodes over base_sum + rows * (g + i), the longest at base + g + i.
+            segment = DecodeSegment(rows, 0, base_sum + rows * g, self._bases[top][0] + g)
+            seg_ends = segment.ends(cost_model, None, None, now_s, i, stop, next_arrival_s)
+            ends.extend(seg_ends)
+            rows_by_step.extend([rows] * len(seg_ends))
+            if len(seg_ends) < stop - i:
+                break   # the next arrival came first
+            now_s, i = seg_ends[-1], stop
         if not ends:
             return None
         m = self._steps_with_free_blocks(len(ends))

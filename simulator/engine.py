@@ -157,8 +157,7 @@ class Simulation:
                    and self.max_concurrency is None)
         start_s = self.env.now
         if state is scheduler.cohort:
-            run = state.plan_run(self.cost_model.decode_step_time_s, start_s, self.next_arrival_s,
-                                 through)
+            run = state.plan_run(self.cost_model, start_s, self.next_arrival_s, through)
             run = run and DecodeRun(*run)
         else:
             run = plan_decode_run(scheduler, self.cost_model, start_s, *state, self.next_arrival_s,

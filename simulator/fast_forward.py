@@ -101,7 +101,7 @@ def _step_ends(cost_model, context: np.ndarray, last_step: np.ndarray, pad: int,
             context_sum -= leave_ctx[left]
             rows -= 1
             left += 1
-        segment = _Segment(rows, pad, context_sum, longest_from[left])
+        segment = DecodeSegment(rows, pad, context_sum, longest_from[left])
         stop = min(max_steps, leave_steps[left] + 1)   # the rows change after this step
         seg_ends = segment.ends(cost_model, context, last_step, now_s, i, stop, next_arrival_s)
         ends.extend(seg_ends)
@@ -112,10 +112,14 @@ def _step_ends(cost_model, context: np.ndarray, last_step: np.ndarray, pad: int,
     return ends, rows_by_step
 
 
+_VECTOR_STEPS = 8   # a numpy expression pays off over more steps than this (small arrays cost ~us)
+
+
 @dataclass
-class _Segment:
-    """Steps with the same rows: step i prices ``rows`` decodes over context_sum + i * rows
-    (plus padded rows at the longest context, longest + i)."""
+class DecodeSegment:
+    """Steps with the same rows: step i of a run prices ``rows`` decodes over
+    context_sum + i * rows (plus padded rows at the longest context, longest + i). Shared by
+    plan_decode_run and DecodeCohort.plan_run."""
     rows: int
     pad: int
     context_sum: int
@@ -126,10 +130,11 @@ class _Segment:
         """End times of steps first..stop-1, stopping before one that starts at or after the
         next arrival. Clock additions are sequential, as SimPy's."""
         many = getattr(cost_model, "decode_step_times_s", None)
-        if many is not None:
+        if many is not None and stop - first > _VECTOR_STEPS:
             first_s = self.price_one(cost_model, context, last_step, first)
             if math.isfinite(next_arrival_s) and first_s > 0:   # steps only get longer: this many at most
                 stop = min(stop, first + int((next_arrival_s - now_s) / first_s) + 2)
+        if many is not None and stop - first > _VECTOR_STEPS:
             steps = np.arange(first, stop)
             longest = self.longest + steps
             times = many(self.rows + self.pad, self.context_sum + steps * self.rows + self.pad * longest,
