@@ -148,7 +148,10 @@ def _dataclass(cls: type, value: Any) -> Any:
 @functools.lru_cache(maxsize=None)
 def _init_fields(cls: type) -> tuple[dict[str, Any], frozenset[str]]:
     """The type hint of each ``__init__`` field, and the names without a default."""
-    hints = typing.get_type_hints(cls, include_extras=True)
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception:  # noqa: BLE001 - e.g. a plugin's name only a TYPE_CHECKING block imports
+        raise Unsure from None
     fields = [f for f in dataclasses.fields(cls) if f.init]
     required = frozenset(f.name for f in fields if f.default is dataclasses.MISSING
                          and f.default_factory is dataclasses.MISSING)

@@ -198,3 +198,12 @@ def test_the_quick_check_refuses_what_it_cannot_vouch_for():
         raw = raw_of(path)
         raw["workload"]["arrival"]["rate"] = value
         assert quick(Scenario, raw) is None
+
+
+def test_options_whose_hints_cannot_be_resolved_are_left_to_pydantic():
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        limit: "NotDefinedAnywhere" = 1  # noqa: F821 - the point of the test
+
+    with pytest.raises(Unsure):
+        build(Options, {"limit": 2})
