@@ -6,6 +6,14 @@ the hash of every full block. A full block's hash chains its parent's hash with 
 hit means the whole prefix up to that block is identical. Generated tokens are not simulated as
 ids: their blocks get keys unique to the request, so only the request itself (after a
 preemption) can hit them.
+
+Until some block is about to carry a hash or such a key, every block is like every other: which
+one a request takes evicts nothing and decides nothing later. So the cache starts by counting
+blocks as the plain KVCache does (and how many of each request's blocks are full), and gives
+blocks identities only when the first request with prompt token ids is allocated or the first
+request with full blocks is preempted: any assignment is then as good as the one the LRU queue
+would have made (tests/test_prefix_cache.py runs scenarios both ways). Synthetic prompts without
+token ids never pay for identities.
 """
 from __future__ import annotations
 
@@ -16,8 +24,11 @@ from simulator.request import Request, RequestStatus
 
 
 class PrefixCachingKVCache(KVCache):
+    start_counting = True   # False: identities from the start (the tests' reference)
+
     def __init__(self, num_gpu_blocks: int, block_size: int, *, reserve_null_block: bool = True):
         super().__init__(num_gpu_blocks, block_size, reserve_null_block=reserve_null_block)
+        self._counting = self.start_counting   # no block can carry a hash or a key yet
         n = self.num_total_blocks
         self._ref = [0] * n
         self._block_hash: list[int | None] = [None] * n
@@ -49,6 +60,10 @@ class PrefixCachingKVCache(KVCache):
     # -- lookup at admission (rule 2.4) ---------------------------------------------------------
     def lookup_prefix(self, request: Request) -> int:
         """Tokens of the longest cached prefix; at least the last token is always recomputed."""
+        if self._counting:
+            if not self._num_shareable(request):
+                return 0   # nothing is cached under a hash or a key yet
+            self._assign_ids()
         hits = []
         shareable, own = self._num_shareable(request), self._own.get(request, {})
         for index in range((request.num_tokens - 1) // self.block_size):
@@ -80,6 +95,10 @@ class PrefixCachingKVCache(KVCache):
         return self._grow(request, total_tokens, headroom_blocks, 0)
 
     def _grow(self, request: Request, total: int, headroom: int, num_hit_tokens: int) -> bool:
+        if self._counting:
+            if not self._num_shareable(request):
+                return self._grow_counted(request, total, headroom)
+            self._assign_ids()   # its full prompt blocks get hashes: identities matter from now
         held = self._blocks.get(request)
         if held and not num_hit_tokens:
             return self._grow_held(request, held, total, headroom)
@@ -122,6 +141,8 @@ class PrefixCachingKVCache(KVCache):
     def append_block(self, request: Request) -> bool:
         """One more block for a decoding cohort member (DecodeCohort.begin_step); its full
         blocks are registered when the cohort materialises it (generated tokens hash nothing)."""
+        if self._counting:
+            return KVCache.append_block(self, request)
         if not self.num_free_blocks:
             return False
         blocks = self._blocks[request]
@@ -164,6 +185,14 @@ class PrefixCachingKVCache(KVCache):
     def free(self, request: Request) -> None:
         """Blocks go to the free queue's tail in reverse order (the prefix is evicted last);
         they keep their hashes, so a quick resume or a sibling request can still hit them."""
+        if self._counting:
+            keeps_keys = (request.status is not RequestStatus.FINISHED
+                          and self._registered.get(request, 0) > self._num_shareable(request))
+            if not keeps_keys:
+                KVCache.free(self, request)
+                self._registered.pop(request, None)
+                return
+            self._assign_ids()   # a preempted request keeps keyed blocks it may hit on resume
         blocks = self._blocks.pop(request, [])
         if request.status is not RequestStatus.FINISHED:   # preempted: it may come back
             own = self._own.setdefault(request, {})
@@ -183,7 +212,38 @@ class PrefixCachingKVCache(KVCache):
             self._hashes.pop(request, None)
         self.num_free_blocks = len(self._free)
 
+    # -- counting until identities matter ---------------------------------------------------------
+    def _grow_counted(self, request: Request, total: int, headroom: int) -> bool:
+        """_grow while blocks are counted: KVCache's allocation, and the count of full blocks
+        _register_full_blocks would keep (no hashes: the request has no shareable block)."""
+        held = self._num_blocks.get(request, 0)
+        need = -(-total // self.block_size) - held
+        if need > 0:
+            if need + headroom > self.num_free_blocks:
+                return False
+            self.num_free_blocks -= need
+            held += need
+            self._num_blocks[request] = held
+        full = min(min(total, request.num_tokens) // self.block_size, held)
+        if full > self._registered.get(request, 0):
+            self._registered[request] = full
+        return True
+
+    def _assign_ids(self) -> None:
+        """Give counted blocks identities: each request's held blocks, then the free queue."""
+        n, next_id = self.num_total_blocks, 0
+        self._blocks = {}
+        for request, count in self._num_blocks.items():
+            self._blocks[request] = list(range(next_id, next_id + count))
+            next_id += count
+        self._ref = [1] * next_id + [0] * (n - next_id)
+        self._free = OrderedDict.fromkeys(range(next_id, n))
+        assert len(self._free) == self.num_free_blocks, "counted blocks do not add up"
+        self._counting = False
+
     def check_invariants(self) -> None:
+        if self._counting:
+            return KVCache.check_invariants(self)
         held = {b for blocks in self._blocks.values() for b in blocks}
         assert len(self._free) == self.num_free_blocks
         assert held.isdisjoint(self._free), "a held block is in the free queue"

@@ -89,3 +89,46 @@ def test_a_preempted_request_resumes_with_hits_on_its_own_blocks():
     assert kv.lookup_prefix(r) == 8             # (10 - 1) // 4 = 2 blocks
     other = req(1, [1, 2, 3, 4, 9, 9, 9, 9, 9])
     assert kv.lookup_prefix(other) == 4         # shares the prompt block, not the generated one
+
+
+def test_a_preempted_request_without_token_ids_keeps_its_own_blocks_while_blocks_are_counted():
+    # The cache counts blocks until identities matter (module docstring); a preemption of a
+    # request with full blocks is such a moment: its blocks must stay hittable on resume.
+    kv = PrefixCachingKVCache(num_gpu_blocks=11, block_size=4)
+    r = Request(0, 0.0, 4, 10)                  # no prompt token ids
+    r.num_output_tokens = 6
+    assert kv.allocate(r, 10)
+    assert kv._counting                         # nothing keyed yet: counted
+    r.status = RequestStatus.PREEMPTED
+    kv.free(r)
+    assert not kv._counting
+    assert kv.lookup_prefix(r) == 8             # its own two full blocks, as with identities
+    kv.check_invariants()
+
+
+def _same_results_with_and_without_counting(scenario: dict):
+    import pytest
+    from simulator.runner import prepare, simulate
+    from simulator.scenario import validate_scenario
+    from tests.test_fast_forward import fingerprint
+    prepared = prepare(validate_scenario(scenario))
+    counted = simulate(prepared, prepared.runs[0])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(PrefixCachingKVCache, "start_counting", False)
+        identified = simulate(prepared, prepared.runs[0])
+    assert fingerprint(counted) == fingerprint(identified)
+    return counted
+
+
+def test_counting_blocks_until_identities_matter_changes_no_result():
+    from tests.test_fast_forward import prefix_cache_scenario, random_scenario
+    preempted = 0
+    for seed in range(12):
+        # token ids (identities from the first allocation) ...
+        _same_results_with_and_without_counting(prefix_cache_scenario(seed))
+        # ... and synthetic prompts on a small cache (identities from the first preemption, if any)
+        scenario = random_scenario(seed * 11)          # vllm_v1 with prefix caching, its default
+        assert scenario["schedulers"][0]["preset"] == "vllm_v1"
+        out = _same_results_with_and_without_counting(scenario)
+        preempted += out.summary["num_preemptions"]
+    assert preempted > 0
