@@ -6,6 +6,7 @@ without the event loop: the dependency direction is calibration -> cost_models <
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -37,6 +38,32 @@ class BatchShape:
         return BatchShape(np.concatenate([self.new_tokens, np.ones(pad, np.int64)]),
                           np.concatenate([self.context_tokens, np.full(pad, pad_ctx, np.int64)]),
                           np.concatenate([self.samples, np.ones(pad, bool)]))
+
+    @cached_property
+    def work_counts(self) -> tuple:
+        """(tokens, decode_ctx, num_decodes, prefill_pairs, prefill_ctx, num_prefills,
+        num_sampled, num_seqs), computed once per shape: the engine's step log and the fitted
+        cost models both read them (cost_models.parametric.step_counts).
+
+        A decode is a sequence with one new token (is_decode); the causal attention pairs of a
+        sequence are new x (ctx + (new + 1) / 2), and the prefill pairs are the total minus the
+        decodes' ctx + 1 each, which avoids boolean indexing on the hot path.
+        """
+        new, ctx = self.new_tokens, self.context_tokens
+        num_seqs = len(new)
+        if num_seqs == 0:
+            return (0, 0, 0, 0.0, 0, 0, 0, 0)
+        tokens = int(new.sum())
+        ctx_sum = int(ctx.sum())
+        num_sampled = int(np.count_nonzero(self.samples))
+        if tokens == num_seqs:  # all-decode steps are most steps: skip the prefill sums
+            return (tokens, ctx_sum, num_seqs, 0.0, 0, 0, num_sampled, num_seqs)
+        is_decode = new == 1
+        num_decodes = int(np.count_nonzero(is_decode))
+        decode_ctx = int(ctx @ is_decode) if num_decodes else 0
+        pairs = float(new @ ctx) + (float(new @ new) + tokens) / 2 - decode_ctx - num_decodes
+        return (tokens, decode_ctx, num_decodes, pairs, ctx_sum - decode_ctx, num_seqs - num_decodes,
+                num_sampled, num_seqs)
 
     @property
     def num_seqs(self) -> int:

@@ -90,27 +90,9 @@ NUM_COUNTS = 8  # work counts per step, see step_counts
 
 
 def step_counts(shape: BatchShape) -> tuple[float, ...]:
-    """(tokens, decode_ctx, num_decodes, prefill_pairs, prefill_ctx, num_prefills, num_sampled, num_seqs).
-
-    A decode is a sequence with one new token (BatchShape.is_decode); the causal attention pairs of
-    a sequence are new x (ctx + (new + 1) / 2), and the prefill pairs are the total minus the
-    decodes' ctx + 1 each, which avoids boolean indexing on the hot path.
-    """
-    new, ctx = shape.new_tokens, shape.context_tokens
-    num_seqs = len(new)
-    if num_seqs == 0:
-        return (0, 0, 0, 0.0, 0, 0, 0, 0)
-    tokens = int(new.sum())
-    ctx_sum = int(ctx.sum())
-    num_sampled = int(np.count_nonzero(shape.samples))
-    if tokens == num_seqs:  # all-decode steps are most steps: skip the prefill sums
-        return (tokens, ctx_sum, num_seqs, 0.0, 0, 0, num_sampled, num_seqs)  # = decode_counts
-    is_decode = new == 1
-    num_decodes = int(np.count_nonzero(is_decode))
-    decode_ctx = int(ctx @ is_decode) if num_decodes else 0
-    pairs = float(new @ ctx) + (float(new @ new) + tokens) / 2 - decode_ctx - num_decodes
-    return (tokens, decode_ctx, num_decodes, pairs, ctx_sum - decode_ctx, num_seqs - num_decodes,
-            num_sampled, num_seqs)
+    """(tokens, decode_ctx, num_decodes, prefill_pairs, prefill_ctx, num_prefills, num_sampled,
+    num_seqs): BatchShape.work_counts (computed once per shape)."""
+    return shape.work_counts
 
 
 def decode_counts(num_seqs: int, context_sum: int) -> tuple[float, ...]:

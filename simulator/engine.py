@@ -132,11 +132,12 @@ class Simulation:
             shape = batch.shape()
             yield env.timeout(cost.step_time_s(shape))
             finished = scheduler.on_step_end(batch, env.now)
-            self.step_log.append(start_s, env.now, shape.num_seqs, shape.num_prefill_seqs,
-                                 shape.num_decode_seqs, shape.num_tokens, shape.num_prefill_tokens,
+            tokens, _, num_decodes, _, _, num_prefills, num_sampled, num_seqs = shape.work_counts
+            self.step_log.append(start_s, env.now, num_seqs, num_prefills, num_decodes, tokens,
+                                 tokens - num_decodes,
                                  len(scheduler.running), len(scheduler.waiting), scheduler.kv.usage,
                                  batch.num_preempted)
-            watchdog.observe(shape.num_sampled, batch.num_preempted, scheduler)
+            watchdog.observe(num_sampled, batch.num_preempted, scheduler)
             if finished:
                 self._on_finished(finished, env.now)
             if self.on_step is not None:
