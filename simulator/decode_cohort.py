@@ -26,7 +26,7 @@ from bisect import bisect_left, insort
 
 import numpy as np
 
-from simulator.fast_forward import DecodeSegment
+from simulator.decode_pricing import DecodeSegment
 from simulator.request import Request
 
 _KEEP_STEPS = 4096   # step records kept before old ones are dropped (DecodeCohort._drop_old_steps)
@@ -183,7 +183,7 @@ class DecodeCohort:
         member: up to the last leaver (or the first, unless ``through_finishes``), none starting
         at or after the next arrival, none that could need more blocks than are free (blocks
         freed by leavers are not counted). Steps between two leavers share their rows and are
-        priced together (fast_forward.DecodeSegment). O(steps + leavers + new blocks)."""
+        priced together (decode_pricing.DecodeSegment). O(steps + leavers + new blocks)."""
         g, finishes = self.num_steps, self._finishes
         if not finishes:
             return None
