@@ -6,8 +6,8 @@ the groups run one after another, so their times add. One roofline per group is 
 global max: a mixed step's decode attention is bandwidth-bound while its GEMMs may be compute-bound.
 Tensor parallelism adds two all-reduces per layer (after attention and after the MLP).
 
-Called once per simulated step, so ``step_time_s`` does a handful of numpy reductions and scalar
-arithmetic on constants precomputed in ``__post_init__``.
+Called once per simulated step, so ``step_time_s`` reads the batch's work counts (computed once per
+shape) and does scalar arithmetic on constants precomputed in ``__post_init__``.
 """
 from __future__ import annotations
 
@@ -61,25 +61,15 @@ class RooflineCostModel:
         object.__setattr__(self, "_k", _per_rank(self))
 
     def step_time_s(self, shape: BatchShape) -> float:
-        new, ctx = shape.new_tokens, shape.context_tokens
-        if len(new) == 0:
+        (tokens, decode_ctx, num_decode, prefill_pairs, prefill_ctx, _, num_sampled,
+         num_seqs) = shape.work_counts     # computed once per shape: the step log reads them too
+        if num_seqs == 0:
             return self.step_overhead_s
+        if tokens == num_seqs and num_sampled == tokens:
+            return self.decode_step_time_s(tokens, decode_ctx)   # most steps: one formula for both paths
         k = self._k
-        tokens, ctx_sum = int(new.sum()), int(ctx.sum())
-        num_sampled = int(np.count_nonzero(shape.samples))
-        if tokens == len(new) and num_sampled == tokens:
-            return self.decode_step_time_s(tokens, ctx_sum)   # most steps: one formula for both paths
-        is_decode = new == 1
-        num_decode = int(np.count_nonzero(is_decode))
-        if num_decode == len(new):
-            decode_ctx, prefill_pairs = ctx_sum, 0.0
-        else:
-            decode_ctx = int(ctx[is_decode].sum()) if num_decode else 0
-            # causal attention pairs: sum over sequences of new x (ctx + (new + 1) / 2)
-            pairs = int(np.dot(new, ctx)) + (int(np.dot(new, new)) + tokens) / 2
-            prefill_pairs = pairs - decode_ctx - num_decode
         decode_pairs = decode_ctx + num_decode
-        prefill_tokens, prefill_ctx = tokens - num_decode, ctx_sum - decode_ctx
+        prefill_tokens = tokens - num_decode
         time_s = self._linear_s(tokens)
         time_s += max(k.attn_s_per_pair * decode_pairs,
                       k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decode)
