@@ -50,6 +50,8 @@ def time_weighted_mean(durations_s: np.ndarray, values: np.ndarray,
     if over_s is not None and not over_s >= 0:
         raise ValueError(f"time_weighted_mean over_s: {over_s} must be >= 0")
     durations = np.asarray(durations_s, dtype=np.float64)
-    weighted = float(np.dot(durations, np.asarray(values, dtype=np.float64)))
+    # Not np.dot: BLAS sums in an order that depends on its threads and CPU, and a summary must
+    # be the same bytes everywhere; numpy's own (pairwise) sum does not.
+    weighted = float(np.sum(durations * np.asarray(values, dtype=np.float64)))
     total_s = float(durations.sum()) if over_s is None else float(over_s)
     return weighted / total_s if total_s > 0 else 0.0
