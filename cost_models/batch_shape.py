@@ -16,11 +16,15 @@ class BatchShape:
     """The batch as a cost model sees it: per-sequence new tokens, prior context, sampling flag.
 
     This is the single place where a batch is turned into features; cost models and the
-    calibration harness share it.
+    calibration harness share it. ``decode_rows`` = (count, total context, longest context)
+    summarises further sequences that each decode and sample one token, without arrays (a
+    decode cohort's rows, simulator/decode_cohort.py): every figure below includes them, and
+    cost models read the figures, not the arrays, for decodes.
     """
     new_tokens: np.ndarray      # int64, tokens computed this step per sequence
     context_tokens: np.ndarray  # int64, tokens already in KV before this step
     samples: np.ndarray         # bool, the sequence samples a token at the end of this step
+    decode_rows: tuple[int, int, int] = (0, 0, 0)
 
     @classmethod
     def of(cls, new_tokens, context_tokens, samples=None) -> "BatchShape":
@@ -34,64 +38,87 @@ class BatchShape:
         the batch's longest context."""
         if not pad:
             return self
-        pad_ctx = int(self.context_tokens.max()) if len(self.context_tokens) else 0
+        pad_ctx = self.longest_context
         return BatchShape(np.concatenate([self.new_tokens, np.ones(pad, np.int64)]),
                           np.concatenate([self.context_tokens, np.full(pad, pad_ctx, np.int64)]),
-                          np.concatenate([self.samples, np.ones(pad, bool)]))
+                          np.concatenate([self.samples, np.ones(pad, bool)]), self.decode_rows)
 
     @cached_property
     def work_counts(self) -> tuple:
         """(tokens, decode_ctx, num_decodes, prefill_pairs, prefill_ctx, num_prefills,
-        num_sampled, num_seqs), computed once per shape: the engine's step log and the fitted
-        cost models both read them (cost_models.parametric.step_counts).
+        num_sampled, num_seqs), computed once per shape: the engine's step log and the cost
+        models read them (cost_models.parametric.step_counts).
 
         A decode is a sequence with one new token (is_decode); the causal attention pairs of a
         sequence are new x (ctx + (new + 1) / 2), and the prefill pairs are the total minus the
         decodes' ctx + 1 each, which avoids boolean indexing on the hot path.
         """
+        rows, rows_ctx, _ = self.decode_rows
         new, ctx = self.new_tokens, self.context_tokens
         num_seqs = len(new)
         if num_seqs == 0:
-            return (0, 0, 0, 0.0, 0, 0, 0, 0)
+            return (rows, rows_ctx, rows, 0.0, 0, 0, rows, rows)
         tokens = int(new.sum())
         ctx_sum = int(ctx.sum())
-        num_sampled = int(np.count_nonzero(self.samples))
+        num_sampled = int(np.count_nonzero(self.samples)) + rows
         if tokens == num_seqs:  # all-decode steps are most steps: skip the prefill sums
-            return (tokens, ctx_sum, num_seqs, 0.0, 0, 0, num_sampled, num_seqs)
+            return (tokens + rows, ctx_sum + rows_ctx, num_seqs + rows, 0.0, 0, 0, num_sampled,
+                    num_seqs + rows)
         is_decode = new == 1
         num_decodes = int(np.count_nonzero(is_decode))
         decode_ctx = int(ctx @ is_decode) if num_decodes else 0
         pairs = float(new @ ctx) + (float(new @ new) + tokens) / 2 - decode_ctx - num_decodes
-        return (tokens, decode_ctx, num_decodes, pairs, ctx_sum - decode_ctx, num_seqs - num_decodes,
-                num_sampled, num_seqs)
+        return (tokens + rows, decode_ctx + rows_ctx, num_decodes + rows, pairs, ctx_sum - decode_ctx,
+                num_seqs - num_decodes, num_sampled, num_seqs + rows)
 
     @property
     def num_seqs(self) -> int:
-        return len(self.new_tokens)
+        return self.work_counts[7]
 
     @property
     def num_tokens(self) -> int:
-        return int(self.new_tokens.sum())
+        return self.work_counts[0]
 
     @property
     def is_decode(self) -> np.ndarray:
+        """Per listed sequence (decode_rows are decodes too)."""
         return self.new_tokens == 1
 
     @property
     def num_decode_seqs(self) -> int:
-        return int(self.is_decode.sum())
+        return self.work_counts[2]
 
     @property
     def num_prefill_seqs(self) -> int:
-        return self.num_seqs - self.num_decode_seqs
+        return self.work_counts[5]
 
     @property
     def num_prefill_tokens(self) -> int:
-        return int(self.new_tokens[~self.is_decode].sum())
+        counts = self.work_counts
+        return counts[0] - counts[2]
 
     @property
     def num_sampled(self) -> int:
-        return int(self.samples.sum())
+        return self.work_counts[6]
+
+    @property
+    def longest_context(self) -> int:
+        """The longest context before this step of any sequence (0 for none)."""
+        listed = int(self.context_tokens.max()) if len(self.context_tokens) else 0
+        return max(listed, self.decode_rows[2]) if self.decode_rows[0] else listed
+
+    @property
+    def longest_sequence(self) -> int:
+        """The longest context + new tokens of any sequence (0 for none)."""
+        listed = int((self.context_tokens + self.new_tokens).max()) if len(self.new_tokens) else 0
+        return max(listed, self.decode_rows[2] + 1) if self.decode_rows[0] else listed
+
+    @property
+    def longest_decode_context(self) -> int:
+        """The longest context among the decodes (0 for none)."""
+        is_decode = self.is_decode
+        listed = int(self.context_tokens[is_decode].max()) if is_decode.any() else 0
+        return max(listed, self.decode_rows[2]) if self.decode_rows[0] else listed
 
     @property
     def kind(self) -> str:

@@ -51,7 +51,7 @@ class FittedRange:
             return f"{num_seqs} sequences > fitted {self.max_seqs}"
         if num_seqs and counts[1] + counts[4] + tokens > self.max_context:  # else no sequence can be
             if longest is None:
-                longest = int((shape.context_tokens + shape.new_tokens).max())
+                longest = shape.longest_sequence
             if longest > self.max_context:
                 return f"a sequence of {longest} tokens > fitted {self.max_context}"
         return None
@@ -77,7 +77,7 @@ class FittedRange:
     def of_shapes(cls, shapes: list[BatchShape]) -> "FittedRange":
         return cls(max_tokens=max(s.num_tokens for s in shapes),
                    max_seqs=max(s.num_seqs for s in shapes),
-                   max_context=max(int((s.context_tokens + s.new_tokens).max()) for s in shapes if s.num_seqs))
+                   max_context=max(s.longest_sequence for s in shapes if s.num_seqs))
 
 
 # Linear terms in the order of the feature vector after the knee term.

@@ -280,8 +280,4 @@ class TableCostModel:
 
 def _longest_decode(shape: BatchShape, counts: tuple) -> int:
     """The longest context among the decodes (for the skew term; 0 with fewer than two)."""
-    if counts[2] < 2:
-        return 0
-    if counts[2] == counts[7]:  # all-decode: the whole array
-        return int(shape.context_tokens.max())
-    return int(shape.context_tokens[shape.is_decode].max())
+    return shape.longest_decode_context if counts[2] >= 2 else 0

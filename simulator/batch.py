@@ -13,7 +13,7 @@ from simulator.request import Request
 
 class Batch:
     __slots__ = ("requests", "new_tokens", "context_tokens", "samples", "num_preempted",
-                 "num_padding_rows", "cohort_context")
+                 "num_padding_rows", "cohort_rows")
 
     def __init__(self) -> None:
         self.requests: list[Request] = []      # in the order the scheduler picked them
@@ -27,9 +27,10 @@ class Batch:
         self.samples: list[bool] = []
         self.num_preempted = 0                 # preemptions decided while forming this batch
         self.num_padding_rows = 0              # static (HF) batching: finished rows still computed
-        # A decode cohort's rows (simulator/decode_cohort.py), ahead of the listed requests:
-        # each decodes one token over this context; the members are not listed.
-        self.cohort_context: np.ndarray | None = None
+        # A decode cohort's rows (simulator/decode_cohort.py), not listed: (count, total
+        # context, longest context) of its members, each decoding one token ahead of the
+        # listed requests (BatchShape.decode_rows).
+        self.cohort_rows: tuple[int, int, int] | None = None
 
     def add(self, request: Request, num_tokens: int) -> None:
         computed = request.num_computed_tokens
@@ -49,7 +50,7 @@ class Batch:
 
     @property
     def num_cohort_rows(self) -> int:
-        return 0 if self.cohort_context is None else len(self.cohort_context)
+        return 0 if self.cohort_rows is None else self.cohort_rows[0]
 
     def __len__(self) -> int:
         return len(self.requests) + self.num_cohort_rows
@@ -70,9 +71,5 @@ class Batch:
         new = np.array(self.new_tokens, dtype=np.int64)
         ctx = np.array(self.context_tokens, dtype=np.int64)
         samples = np.array(self.samples, dtype=bool)
-        if self.cohort_context is not None:   # cohort rows first: they run first (running order)
-            n = len(self.cohort_context)
-            new = np.concatenate((np.ones(n, np.int64), new))
-            ctx = np.concatenate((self.cohort_context, ctx))
-            samples = np.concatenate((np.ones(n, bool), samples))
-        return BatchShape(new, ctx, samples).with_padding_rows(self.num_padding_rows)
+        rows = self.cohort_rows or (0, 0, 0)
+        return BatchShape(new, ctx, samples, rows).with_padding_rows(self.num_padding_rows)

@@ -24,8 +24,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 
-import numpy as np
-
 from simulator.decode_pricing import DecodeSegment
 from simulator.request import Request
 
@@ -139,10 +137,11 @@ class DecodeCohort:
             insort(due_list, (g + block_size, key, request))
         return True
 
-    def context_array(self) -> np.ndarray:
-        """Each member's context before the coming step, in running order."""
-        g, joined = self.num_steps, self._joined
-        return np.array([joined[r][5] for r in self.members], np.int64) + g
+    def decode_rows(self) -> tuple[int, int, int]:
+        """The members as BatchShape.decode_rows: (count, total context, longest context)
+        before the coming step, from the running sums, without a per-member array."""
+        g, n = self.num_steps, len(self.members)
+        return n, self.base_sum + n * g, self._bases[-1][0] + g
 
     def end_step(self, now_s: float) -> list[Request]:
         """Every member sampled one token at ``now_s``; the members that emitted their last

@@ -130,7 +130,7 @@ class Scheduler:
             kv = self.kv
             others_due = sum(1 for r in others if r.num_computed_tokens >= kv.num_token_slots_of(r))
             if cohort.begin_step(reserve_blocks=others_due):
-                batch.cohort_context = cohort.context_array()
+                batch.cohort_rows = cohort.decode_rows()
                 return len(cohort) + self.schedule_decodes(batch, others)
             cohort.dissolve()
         return self.schedule_decodes(batch, decoders)
@@ -171,7 +171,7 @@ class Scheduler:
     def on_step_end(self, batch: Batch, now_s: float) -> list[Request]:
         """Every request that caught up samples one token (rule 1.3.1); finished ones free KV."""
         cohort = self.cohort
-        finished = cohort.end_step(now_s) if batch.cohort_context is not None else []
+        finished = cohort.end_step(now_s) if batch.cohort_rows is not None else []
         max_model_len = self.max_model_len
         running = RequestStatus.RUNNING
         for request, samples in zip(batch.requests, batch.samples):

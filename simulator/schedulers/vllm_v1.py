@@ -69,7 +69,7 @@ class VllmV1Scheduler(Scheduler):
             # the budget and their new blocks are free, or the step goes request by request
             # (a shortage preempts from the tail, which a member may be).
             if len(cohort) <= budget and cohort.begin_step():
-                batch.cohort_context = cohort.context_array()
+                batch.cohort_rows = cohort.decode_rows()
                 budget -= len(cohort)
                 first = len(cohort)
             else:
