@@ -46,9 +46,10 @@ class DecodeCohort:
         # request -> (join step, computed, outputs, last token s, key, base, last step)
         self._joined: dict[Request, tuple] = {}
         self._next_key = 0
-        # Sorted (cohort step needing a block, key, request); a leaver's entry stays until it
-        # comes due (skipped then: _is_current).
+        # Sorted (cohort step needing a block, key, request), one per member; _next_block
+        # maps a member to its entry's step, so a leaver's entry is taken out at once.
         self._block_due: list[tuple] = []
+        self._next_block: dict[Request, int] = {}
         # Sorted (cohort step of the last token, key, request): members leave only from its
         # front (end_step) or all at once (dissolve), so every entry is current.
         self._finishes: list[tuple] = []
@@ -76,12 +77,15 @@ class DecodeCohort:
         self.base_sum += base
         insort(self._bases, (base, key))
         insort(self._finishes, (last_step, key, request))
-        insort(self._block_due, (g + self.kv.num_token_slots_of(request) - computed, key, request))
+        next_block = g + self.kv.num_token_slots_of(request) - computed
+        self._next_block[request] = next_block
+        insort(self._block_due, (next_block, key, request))
 
     def materialise(self, request: Request) -> None:
-        """Bring a member's fields up to date and take it out of the cohort (its block entry
-        stays until it comes due or the cohort dissolves: it is skipped there)."""
+        """Bring a member's fields up to date and take it out of the cohort."""
         g0, computed, outputs, last_token_s, key, base, _ = self._joined.pop(request)
+        due = self._block_due
+        del due[bisect_left(due, (self._next_block.pop(request), key))]
         self.members.remove(request)
         self.base_sum -= base
         del self._bases[bisect_left(self._bases, (base, key))]
@@ -109,12 +113,7 @@ class DecodeCohort:
         """Materialise every member (the scheduler goes back to per-request steps)."""
         for request in list(self.members):
             self.materialise(request)
-        self._block_due.clear()
         self._finishes.clear()
-
-    def _is_current(self, entry: tuple) -> bool:
-        joined = self._joined.get(entry[2])
-        return joined is not None and joined[4] == entry[1]
 
     # -- steps --------------------------------------------------------------------------------
     def begin_step(self, reserve_blocks: int = 0) -> bool:
@@ -125,15 +124,16 @@ class DecodeCohort:
         end = 0
         while end < len(due_list) and due_list[end][0] <= g:
             end += 1
-        if not end:
-            return reserve_blocks <= self.kv.num_free_blocks
-        due = [item for item in due_list[:end] if self._is_current(item)]
-        if len(due) + reserve_blocks > self.kv.num_free_blocks:
+        if end + reserve_blocks > self.kv.num_free_blocks:
             return False
+        if not end:
+            return True
+        due = due_list[:end]
         del due_list[:end]
-        block_size, append_block = self.kv.block_size, self.kv.append_block
+        block_size, append_block, next_block = self.kv.block_size, self.kv.append_block, self._next_block
         for _, key, request in due:   # sorted by (step, key), and keys follow running order
             append_block(request)
+            next_block[request] = g + block_size
             insort(due_list, (g + block_size, key, request))
         return True
 
@@ -219,13 +219,13 @@ class DecodeCohort:
         """How many of the coming m steps fit the free blocks (new blocks in step order, each
         member's up to its last step)."""
         g, bs, free = self.num_steps, self.kv.block_size, self.kv.num_free_blocks
+        due = self._block_due
+        end = bisect_left(due, (g + m,))
+        if m <= bs and end <= free:
+            return m   # each member takes at most one block in m <= block_size steps
         steps = []
-        for step, key, request in self._block_due:
-            if step >= g + m:
-                break
-            joined = self._joined.get(request)
-            if joined is not None and joined[4] == key:
-                steps.extend(range(step, min(g + m, joined[6] + 1), bs))
+        for step, _, request in due[:end]:
+            steps.extend(range(step, min(g + m, self._joined[request][6] + 1), bs))
         if len(steps) <= free:
             return m
         steps.sort()
