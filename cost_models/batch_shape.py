@@ -46,30 +46,20 @@ class BatchShape:
     @cached_property
     def work_counts(self) -> tuple:
         """(tokens, decode_ctx, num_decodes, prefill_pairs, prefill_ctx, num_prefills,
-        num_sampled, num_seqs), computed once per shape: the engine's step log and the cost
-        models read them (cost_models.parametric.step_counts).
+        num_sampled, num_seqs), computed once per shape (work_counts_of): the engine's step
+        log and the cost models read them (cost_models.parametric.step_counts)."""
+        return work_counts_of(self.new_tokens.tolist(), self.context_tokens.tolist(),
+                              self.samples.tolist(), self.decode_rows)
 
-        A decode is a sequence with one new token (is_decode); the causal attention pairs of a
-        sequence are new x (ctx + (new + 1) / 2), and the prefill pairs are the total minus the
-        decodes' ctx + 1 each, which avoids boolean indexing on the hot path.
-        """
-        rows, rows_ctx, _ = self.decode_rows
-        new, ctx = self.new_tokens, self.context_tokens
-        num_seqs = len(new)
-        if num_seqs == 0:
-            return (rows, rows_ctx, rows, 0.0, 0, 0, rows, rows)
-        tokens = int(new.sum())
-        ctx_sum = int(ctx.sum())
-        num_sampled = int(np.count_nonzero(self.samples)) + rows
-        if tokens == num_seqs:  # all-decode steps are most steps: skip the prefill sums
-            return (tokens + rows, ctx_sum + rows_ctx, num_seqs + rows, 0.0, 0, 0, num_sampled,
-                    num_seqs + rows)
-        is_decode = new == 1
-        num_decodes = int(np.count_nonzero(is_decode))
-        decode_ctx = int(ctx @ is_decode) if num_decodes else 0
-        pairs = float(new @ ctx) + (float(new @ new) + tokens) / 2 - decode_ctx - num_decodes
-        return (tokens + rows, decode_ctx + rows_ctx, num_decodes + rows, pairs, ctx_sum - decode_ctx,
-                num_seqs - num_decodes, num_sampled, num_seqs + rows)
+    @classmethod
+    def from_lists(cls, new_tokens: list[int], context_tokens: list[int], samples: list[bool],
+                   decode_rows: tuple[int, int, int] = (0, 0, 0)) -> "BatchShape":
+        """A shape from the scheduler's lists, its work counts taken from the lists directly
+        (a step lists few sequences once its decoders are a cohort: plain sums beat numpy's)."""
+        shape = cls(np.array(new_tokens, np.int64), np.array(context_tokens, np.int64),
+                    np.array(samples, bool), decode_rows)
+        shape.__dict__["work_counts"] = work_counts_of(new_tokens, context_tokens, samples, decode_rows)
+        return shape
 
     @property
     def num_seqs(self) -> int:
@@ -127,3 +117,32 @@ class BatchShape:
         if n_dec == self.num_seqs:
             return "decode"
         return "prefill" if n_dec == 0 else "mixed"
+
+
+def work_counts_of(new: list[int], ctx: list[int], samples: list[bool],
+                   decode_rows: tuple[int, int, int] = (0, 0, 0)) -> tuple:
+    """BatchShape.work_counts from plain lists (integers are exact, so any order of summing
+    gives the same counts).
+
+    A decode is a sequence with one new token; the causal attention pairs of a sequence are
+    new x (ctx + (new + 1) / 2), and the prefill pairs are the total minus the decodes' ctx + 1
+    each. ``decode_rows`` (count, total context, longest) adds summarised decodes.
+    """
+    rows, rows_ctx, _ = decode_rows
+    num_seqs = len(new)
+    if num_seqs == 0:
+        return (rows, rows_ctx, rows, 0.0, 0, 0, rows, rows)
+    tokens, ctx_sum, num_sampled = sum(new), sum(ctx), sum(samples) + rows
+    if tokens == num_seqs:  # all-decode steps are most steps: skip the prefill sums
+        return (tokens + rows, ctx_sum + rows_ctx, num_seqs + rows, 0.0, 0, 0, num_sampled,
+                num_seqs + rows)
+    num_decodes = decode_ctx = new_ctx = new_new = 0
+    for n, c in zip(new, ctx):
+        if n == 1:
+            num_decodes += 1
+            decode_ctx += c
+        new_ctx += n * c
+        new_new += n * n
+    pairs = float(new_ctx) + (float(new_new) + tokens) / 2 - decode_ctx - num_decodes
+    return (tokens + rows, decode_ctx + rows_ctx, num_decodes + rows, pairs, ctx_sum - decode_ctx,
+            num_seqs - num_decodes, num_sampled, num_seqs + rows)

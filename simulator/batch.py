@@ -5,8 +5,6 @@ one per simulated step: a dict view is available for readability and tests.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from cost_models.batch_shape import BatchShape
 from simulator.request import Request
 
@@ -68,8 +66,6 @@ class Batch:
 
     def shape(self) -> BatchShape:
         """The features a cost model needs; padded rows decode one discarded token."""
-        new = np.array(self.new_tokens, dtype=np.int64)
-        ctx = np.array(self.context_tokens, dtype=np.int64)
-        samples = np.array(self.samples, dtype=bool)
-        rows = self.cohort_rows or (0, 0, 0)
-        return BatchShape(new, ctx, samples, rows).with_padding_rows(self.num_padding_rows)
+        shape = BatchShape.from_lists(self.new_tokens, self.context_tokens, self.samples,
+                                      self.cohort_rows or (0, 0, 0))
+        return shape.with_padding_rows(self.num_padding_rows)

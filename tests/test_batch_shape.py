@@ -48,3 +48,26 @@ def test_padding_keeps_summarised_rows_and_pads_at_the_longest_context():
     padded = shape.with_padding_rows(2)
     assert padded.decode_rows == (2, 90, 50)
     assert padded.context_tokens.tolist() == [10, 50, 50] and padded.num_seqs == 5
+
+
+def _numpy_counts(new: np.ndarray, ctx: np.ndarray, samples: np.ndarray) -> tuple:
+    """The counts as array arithmetic states them (an independent formulation)."""
+    is_decode = new == 1
+    decode_ctx = int(ctx[is_decode].sum())
+    pairs = float((new * (ctx + (new + 1) / 2)).sum()) - float((ctx[is_decode] + 1).sum())
+    return (int(new.sum()), decode_ctx, int(is_decode.sum()), pairs, int(ctx[~is_decode].sum()),
+            int((~is_decode).sum()), int(samples.sum()), len(new))
+
+
+def test_work_counts_match_array_arithmetic_on_random_batches():
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 40))
+        new = np.where(rng.random(n) < 0.7, 1, rng.integers(1, 2048, n)).astype(np.int64)
+        ctx = rng.integers(0, 8192, n).astype(np.int64)
+        samples = rng.random(n) < 0.8
+        counts = BatchShape(new, ctx, samples).work_counts
+        reference = _numpy_counts(new, ctx, samples)
+        assert counts[:3] == reference[:3] and counts[4:] == reference[4:]
+        assert counts[3] == pytest.approx(reference[3], rel=1e-12, abs=1e-9)
+        assert BatchShape.from_lists(new.tolist(), ctx.tolist(), samples.tolist()).work_counts == counts
