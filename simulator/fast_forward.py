@@ -5,7 +5,9 @@ only in their contexts (each +1 per step) and in who has left: a request leaves 
 step that emits its last token. The engine then plans the run (durations from the cost model,
 blocks by arithmetic), sleeps once, and replays the run's few events in step order: new blocks
 (in the order single steps would take them, which decides what a prefix cache evicts later) and
-finishes (freeing blocks, as single steps would). Every other request is updated once.
+finishes (freeing blocks, as single steps would). Every other request is updated once. When the
+running requests form a decode cohort (simulator/decode_cohort.py), the cohort plans and carries out
+the run itself, touching only its leavers and new blocks.
 
 A run stops before a step that would start at or after the next arrival, or that could need more
 blocks than are free; it stops after the first finish when that could let a request in (someone

@@ -75,13 +75,15 @@ def test_fast_forward_equals_step_by_step(seed):
 @pytest.mark.parametrize("seed", range(0, 66, 3))
 def test_fast_forward_equals_step_by_step_without_kept_gaps(seed):
     # Without per-token gaps the ITL figures come from per-request summaries; the sum of squared
-    # gaps is grouped per run by the fast path (fast_forward.apply_decode_run), the rest is exact.
+    # gaps is grouped per run by the fast path (fast_forward.apply_decode_run) or taken as a
+    # difference of running sums (decode_cohort.materialise); the rest is exact.
     scenario = random_scenario(seed)
     scenario["metrics"] = {"record_itl_gaps": False}
     stepwise, fast = stepwise_and_fast(scenario)
     std_slow, std_fast = stepwise.summary.pop("std_itl_ms"), fast.summary.pop("std_itl_ms")
-    # E[x²] - E[x]² loses ~1e-8 of the mean to cancellation on either path: compare to 1 ns.
-    assert std_fast == pytest.approx(std_slow, rel=1e-9, abs=1e-6)
+    # With equal gaps the true std is 0 and E[x²] - E[x]² leaves rounding noise of order
+    # sqrt(eps x sum of squares), about 1e-6 ms here on either path: compare to 10 ns.
+    assert std_fast == pytest.approx(std_slow, rel=1e-9, abs=1e-5)
     assert fingerprint(fast) == fingerprint(stepwise)
     assert fast.summary["mean_itl_ms"] is not None and fast.summary["median_itl_ms"] is None
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simulator.batch import Batch
+from simulator.decode_cohort import DecodeCohort
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import SchedulerOptions, options_config
@@ -24,6 +25,7 @@ class OrcaOptions(SchedulerOptions):
 class OrcaScheduler(Scheduler):
     family = "continuous"
     Options = OrcaOptions
+    cohort_leads_running = False   # every running request advances each iteration
 
     def reserved_tokens(self, request: Request) -> int:
         if self.options.reserve == "request":
@@ -38,9 +40,23 @@ class OrcaScheduler(Scheduler):
         return (not self.waiting or len(self.running) >= self.options.max_num_seqs
                 or not self.kv.can_fit(self.waiting[0], self.reserved_tokens(self.waiting[0])))
 
+    def enable_cohort(self) -> bool:
+        self.cohort = DecodeCohort(self.kv, self.max_model_len)
+        return True
+
     def schedule(self, now_s: float) -> Batch:
         batch = Batch()
-        for request in self.running:  # every in-flight request advances one iteration
+        listed = self.running
+        cohort = self.cohort
+        # Decoders in the cohort take their token as one block of rows; their KV was reserved
+        # at admission, so they never need a new block (begin_step has nothing to take).
+        if cohort is not None and len(cohort):
+            if cohort.begin_step():
+                batch.cohort_rows = cohort.decode_rows()
+                listed = [r for r in self.running if r not in cohort]
+            else:
+                cohort.dissolve()
+        for request in listed:  # every in-flight request advances one iteration
             self.schedule_tokens(batch, request, request.num_remaining_tokens)
         self._select_new(batch, now_s)
         return batch
