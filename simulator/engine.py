@@ -152,9 +152,9 @@ class Simulation:
         state = scheduler.decode_run_state()
         if state is None:
             return
-        # Past a finish only if it cannot let anyone in: nobody waits and no closed-loop
-        # client is waiting for a free slot to send.
-        through = (scheduler.decode_runs_through_finishes and not scheduler.waiting
+        # Past a finish only if it cannot let anyone in (Scheduler.finish_can_admit) and no
+        # closed-loop client is waiting for a free slot to send.
+        through = (scheduler.decode_runs_through_finishes and not scheduler.finish_can_admit()
                    and self.max_concurrency is None)
         start_s = self.env.now
         if state is scheduler.cohort:

@@ -259,3 +259,15 @@ def test_cohort_forgets_old_steps_without_changing_results(seed, monkeypatch):
     monkeypatch.setattr(cohort_module, "_KEEP_STEPS", 8)
     stepwise, fast = stepwise_and_fast(prefix_cache_scenario(seed))
     assert fingerprint(fast) == fingerprint(stepwise)
+
+
+@pytest.mark.parametrize("variant", ["ft", "hf"])
+@pytest.mark.parametrize("seed", range(10))
+def test_fast_forward_equals_step_by_step_for_static_batches(variant, seed):
+    # FT batches keep their decoders in a cohort and run through finishes (nothing is admitted
+    # until the batch is done); HF batches stop at each finish (it changes the padded rows).
+    scenario = random_scenario(seed)
+    scenario["schedulers"] = [{"preset": "static", "max_num_seqs": scenario["schedulers"][0]["max_num_seqs"],
+                               "variant": variant}]
+    stepwise, fast = stepwise_and_fast(scenario)
+    assert fingerprint(fast) == fingerprint(stepwise)

@@ -135,6 +135,25 @@ class Scheduler:
             cohort.dissolve()
         return self.schedule_decodes(batch, decoders)
 
+    def schedule_every_running(self, batch: Batch) -> None:
+        """Every running request advances one iteration (Orca, static batching): a cohort's
+        members as one block of rows (their KV was reserved at admission, so they never take a
+        block), the others with all their remaining tokens."""
+        listed, cohort = self.running, self.cohort
+        if cohort is not None and len(cohort):
+            if cohort.begin_step():
+                batch.cohort_rows = cohort.decode_rows()
+                listed = [r for r in self.running if r not in cohort]
+            else:
+                cohort.dissolve()
+        for request in listed:
+            self.schedule_tokens(batch, request, request.num_remaining_tokens)
+
+    def finish_can_admit(self) -> bool:
+        """Whether a request finishing now could let a waiting one in at the next step (a
+        multi-step advance must then stop at the finish)."""
+        return bool(self.waiting)
+
     def decode_run_state(self) -> tuple | DecodeCohort | None:
         """(steps to finish, context) per running request, when every running request is certain
         to decode one token per step until its last (1 = the next step) with no admission (the

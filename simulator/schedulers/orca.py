@@ -46,18 +46,7 @@ class OrcaScheduler(Scheduler):
 
     def schedule(self, now_s: float) -> Batch:
         batch = Batch()
-        listed = self.running
-        cohort = self.cohort
-        # Decoders in the cohort take their token as one block of rows; their KV was reserved
-        # at admission, so they never need a new block (begin_step has nothing to take).
-        if cohort is not None and len(cohort):
-            if cohort.begin_step():
-                batch.cohort_rows = cohort.decode_rows()
-                listed = [r for r in self.running if r not in cohort]
-            else:
-                cohort.dissolve()
-        for request in listed:  # every in-flight request advances one iteration
-            self.schedule_tokens(batch, request, request.num_remaining_tokens)
+        self.schedule_every_running(batch)   # every in-flight request advances one iteration
         self._select_new(batch, now_s)
         return batch
 

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simulator.batch import Batch
+from simulator.decode_cohort import DecodeCohort
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import (NonNegativeFloat, PositiveInt, SchedulerOptions,
@@ -28,7 +29,7 @@ class StaticOptions(SchedulerOptions):
 class StaticScheduler(Scheduler):
     family = "static"
     Options = StaticOptions
-    decode_runs_through_finishes = False   # a finish changes the padding and may end the batch
+    cohort_leads_running = False   # every member advances each step
 
     def __init__(self, options, kv_cache, context):
         super().__init__(options, kv_cache, context)
@@ -44,6 +45,19 @@ class StaticScheduler(Scheduler):
     def admission_blocked(self) -> bool:
         return bool(self.running)  # no refill while a batch is in flight
 
+    def finish_can_admit(self) -> bool:
+        return False   # no refill until the batch is done, and its last finish ends any run
+
+    @property
+    def decode_runs_through_finishes(self) -> bool:
+        return self.options.variant == "ft"   # hf: a finish changes the padded rows
+
+    def enable_cohort(self) -> bool:
+        if self.options.variant != "ft":   # hf: outputs and padding follow the whole batch
+            return False
+        self.cohort = DecodeCohort(self.kv, self.max_model_len)
+        return True
+
     @property
     def num_padding_rows(self) -> int:
         return len(self.batch_members) - len(self.running) if self.options.variant == "hf" else 0
@@ -58,8 +72,7 @@ class StaticScheduler(Scheduler):
         if not self.running and not self._form_batch(now_s):
             return Batch()
         batch = Batch()
-        for request in self.running:
-            self.schedule_tokens(batch, request, request.num_remaining_tokens)
+        self.schedule_every_running(batch)
         batch.num_padding_rows = self.num_padding_rows
         return batch
 
