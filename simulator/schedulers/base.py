@@ -120,19 +120,28 @@ class Scheduler:
         rows in schedule() (see VllmV1Scheduler, schedule_decodes_with_cohort)."""
         return False
 
+    def non_members(self) -> list[Request]:
+        """The running requests outside the decode cohort, in running order."""
+        cohort = self.cohort
+        if cohort is None or not len(cohort):
+            return self.running
+        return [r for r in self.running if r not in cohort]
+
     def schedule_decodes_with_cohort(self, batch: Batch, decoders: list[Request]) -> int:
         """schedule_decodes for policies where every decoder gets a token (V0, Sarathi): the
-        cohort's members as one block of rows, the other ``decoders`` one by one, when all their
-        new blocks are free; else the cohort is dissolved and every decoder goes one by one."""
+        cohort's members as one block of rows, the other ``decoders`` (running decoders outside
+        the cohort, in running order) one by one, when all their new blocks are free; else the
+        cohort is dissolved and every decoder goes one by one, in running order."""
         cohort = self.cohort
         if cohort is not None and len(cohort):
-            others = [r for r in decoders if r not in cohort]
             kv = self.kv
-            others_due = sum(1 for r in others if r.num_computed_tokens >= kv.num_token_slots_of(r))
-            if cohort.begin_step(reserve_blocks=others_due):
+            due = sum(1 for r in decoders if r.num_computed_tokens >= kv.num_token_slots_of(r))
+            if cohort.begin_step(reserve_blocks=due):
                 batch.cohort_rows = cohort.decode_rows()
-                return len(cohort) + self.schedule_decodes(batch, others)
+                return len(cohort) + self.schedule_decodes(batch, decoders)
+            chosen = set(cohort.members).union(decoders)
             cohort.dissolve()
+            decoders = [r for r in self.running if r in chosen]
         return self.schedule_decodes(batch, decoders)
 
     def schedule_every_running(self, batch: Batch) -> None:
@@ -143,7 +152,7 @@ class Scheduler:
         if cohort is not None and len(cohort):
             if cohort.begin_step():
                 batch.cohort_rows = cohort.decode_rows()
-                listed = [r for r in self.running if r not in cohort]
+                listed = self.non_members()
             else:
                 cohort.dissolve()
         for request in listed:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 
 from simulator.batch import Batch
 from simulator.decode_cohort import DecodeCohort
@@ -9,6 +10,9 @@ from simulator.request import Request
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
 from simulator.schedulers.registry import register_scheduler
+
+
+_ARRIVAL = attrgetter("arrival_s")
 
 
 @options_config
@@ -30,9 +34,11 @@ class SarathiScheduler(Scheduler):
 
     def schedule(self, now_s: float) -> Batch:
         batch = Batch()
-        self.running.sort(key=lambda r: r.arrival_s)  # oldest first (§4 step 1)
-        budget = self.options.max_num_batched_tokens - self._schedule_decodes(batch)
-        budget = self._schedule_partial_prefills(batch, budget)
+        self.running.sort(key=_ARRIVAL)  # oldest first (§4 step 1)
+        # A cohort's members decode as one block of rows; the others are asked again after the
+        # decodes, which may have preempted some or dissolved the cohort.
+        budget = self.options.max_num_batched_tokens - self._schedule_decodes(batch, self.non_members())
+        budget = self._schedule_partial_prefills(batch, budget, self.non_members())
         self._schedule_new(batch, budget, now_s)
         return batch
 
@@ -52,16 +58,15 @@ class SarathiScheduler(Scheduler):
         self.cohort = DecodeCohort(self.kv, self.max_model_len)
         return True
 
-    def _schedule_decodes(self, batch: Batch) -> int:
-        # Requests still in their prompt are skipped (Request.is_prefill, inlined; a cohort
-        # member's fields read as a decoder's).
-        decoders = [r for r in self.running
+    def _schedule_decodes(self, batch: Batch, others: list[Request]) -> int:
+        # Requests still in their prompt are skipped (Request.is_prefill, inlined).
+        decoders = [r for r in others
                     if r.num_prompt_tokens + r.num_output_tokens - r.num_computed_tokens <= 1
                     and r.num_output_tokens > 0]
         return self.schedule_decodes_with_cohort(batch, decoders)
 
-    def _schedule_partial_prefills(self, batch: Batch, budget: int) -> int:
-        for request in self.running:
+    def _schedule_partial_prefills(self, batch: Batch, budget: int, others: list[Request]) -> int:
+        for request in others:           # cohort members are decoders: never a prefill
             if budget <= 0:
                 break
             if request.is_prefill and request not in batch:

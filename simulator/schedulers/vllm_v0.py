@@ -80,4 +80,4 @@ class VllmV0Scheduler(Scheduler):
 
     def _schedule_decodes(self, batch: Batch) -> None:
         # A decode step: every running request decodes; a block shortage preempts the tail.
-        self.schedule_decodes_with_cohort(batch, list(self.running))
+        self.schedule_decodes_with_cohort(batch, list(self.non_members()))
