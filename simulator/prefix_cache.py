@@ -216,15 +216,9 @@ class PrefixCachingKVCache(KVCache):
     def _grow_counted(self, request: Request, total: int, headroom: int) -> bool:
         """_grow while blocks are counted: KVCache's allocation, and the count of full blocks
         _register_full_blocks would keep (no hashes: the request has no shareable block)."""
-        held = self._num_blocks.get(request, 0)
-        need = -(-total // self.block_size) - held
-        if need > 0:
-            if need + headroom > self.num_free_blocks:
-                return False
-            self.num_free_blocks -= need
-            held += need
-            self._num_blocks[request] = held
-        full = min(min(total, request.num_tokens) // self.block_size, held)
+        if not KVCache.allocate_up_to(self, request, total, headroom):
+            return False
+        full = min(min(total, request.num_tokens) // self.block_size, self._num_blocks.get(request, 0))
         if full > self._registered.get(request, 0):
             self._registered[request] = full
         return True
