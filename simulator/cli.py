@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: F401 (tests import EXIT_USER_ERROR here)
-                                  single_threaded_blas)
+                                  scheduler_option, single_threaded_blas)
 
 
 class LazyGroup(click.Group):
@@ -43,8 +43,7 @@ def main() -> None:
 
 @main.command()
 @scenario_arguments
-@click.option("--scheduler", "schedulers", multiple=True, metavar="NAME",
-              help="Run only this scheduler of the file (its name or preset; repeatable).")
+@scheduler_option
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
         schedulers: tuple[str, ...], no_plots: bool) -> None:

@@ -28,6 +28,14 @@ def scenario_arguments(command):
     return click.argument("scenario_file", type=click.Path(dir_okay=False, path_type=Path))(command)
 
 
+def scheduler_option(command):
+    """--scheduler NAME (repeatable): only these schedulers of the file, as `run` and `timeline`
+    take it (runner.select_schedulers refuses an unknown name in one line)."""
+    return click.option("--scheduler", "schedulers", multiple=True, metavar="NAME",
+                        help="Only this scheduler of the file (its name or preset; repeatable; "
+                             "default: all).")(command)
+
+
 def single_threaded_blas() -> None:
     """Keep numpy's OpenBLAS to one thread, before numpy first loads. A simulation does no BLAS
     work, yet OpenBLAS starts a thread per core as it loads: tens of ms of a `servesim run` on a

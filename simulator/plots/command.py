@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from simulator.cli_common import scenario_arguments
+from simulator.cli_common import scenario_arguments, scheduler_option
 
 BIG_TIMELINE_REQUESTS = 200
 
@@ -29,11 +29,10 @@ def plot(result_dir: Path) -> None:
 
 @click.command()
 @scenario_arguments
-@click.option("--scheduler", "labels", multiple=True, metavar="NAME",
-              help="Only these schedulers (repeatable; default: all of the file).")
+@scheduler_option
 @click.option("--gif", is_flag=True, help="Also write an animated GIF.")
 def timeline(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
-             labels: tuple[str, ...], gif: bool) -> None:
+             schedulers: tuple[str, ...], gif: bool) -> None:
     """Simulate SCENARIO_FILE recording every step's batch slots; draw them per scheduler."""
     from simulator.plots.timeline import TIMELINE_CSV, timelines_of, write_timeline_csv
     from simulator.plots.timeline_plot import plot_batch_timelines
@@ -42,15 +41,11 @@ def timeline(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ..
     from simulator.scenario import ScenarioError, load_scenario
     from simulator.cli_common import fail
     try:
-        prepared = prepare(load_scenario(scenario_file, overrides))
-        unknown = sorted(set(labels) - {run.label for run in prepared.runs})
-        if unknown:
-            raise ScenarioError(f"--scheduler: {unknown[0]!r} is not a scheduler of the file "
-                                f"({', '.join(run.label for run in prepared.runs)})")
+        prepared = prepare(load_scenario(scenario_file, overrides), schedulers)
         if len(prepared.trace) > BIG_TIMELINE_REQUESTS:
             click.echo(f"note: {len(prepared.trace)} requests make a dense picture; try "
                        f"--set workload.num_requests=32", err=True)
-        timelines = timelines_of(prepared, labels or None)
+        timelines = timelines_of(prepared)
     except (ScenarioError, NoProgressError) as exc:
         fail(str(exc))
     out_dir = out_dir or Path("results") / prepared.scenario.name

@@ -15,7 +15,6 @@ from __future__ import annotations
 import csv
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from simulator.engine import Simulation
 from simulator.kv_cache import KVCache
@@ -123,6 +122,5 @@ def read_timeline_csv(label: str, path: Path) -> SlotTimeline:
     return SlotTimeline(label, rows)
 
 
-def timelines_of(prepared, labels: Sequence[str] | None = None) -> list[SlotTimeline]:
-    return [record_timeline(prepared, run) for run in prepared.runs
-            if labels is None or run.label in labels]
+def timelines_of(prepared) -> list[SlotTimeline]:
+    return [record_timeline(prepared, run) for run in prepared.runs]
