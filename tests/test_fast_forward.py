@@ -66,10 +66,19 @@ def stepwise_and_fast(scenario: dict):
     return simulate(prepared, run, fast_forward=False), simulate(prepared, run, fast_forward=True)
 
 
+def assert_fast_equals_stepwise(scenario: dict) -> None:
+    stepwise, fast = stepwise_and_fast(scenario)
+    assert fingerprint(fast) == fingerprint(stepwise)
+
+
+def with_scheduler(scenario: dict, **scheduler) -> dict:
+    """The scenario with its one scheduler replaced (same workload, engine and seed)."""
+    return {**scenario, "schedulers": [scheduler]}
+
+
 @pytest.mark.parametrize("seed", range(66))
 def test_fast_forward_equals_step_by_step(seed):
-    stepwise, fast = stepwise_and_fast(random_scenario(seed))
-    assert fingerprint(fast) == fingerprint(stepwise)
+    assert_fast_equals_stepwise(random_scenario(seed))
 
 
 @pytest.mark.parametrize("seed", range(0, 66, 3))
@@ -108,8 +117,7 @@ def prefix_cache_scenario(seed: int) -> dict:
 
 @pytest.mark.parametrize("seed", range(32))
 def test_fast_forward_equals_step_by_step_with_prefix_caching(seed):
-    stepwise, fast = stepwise_and_fast(prefix_cache_scenario(seed))
-    assert fingerprint(fast) == fingerprint(stepwise)
+    assert_fast_equals_stepwise(prefix_cache_scenario(seed))
 
 
 @pytest.mark.parametrize("preset", ["vllm_v0", "sarathi"])
@@ -119,10 +127,9 @@ def test_fast_forward_equals_step_by_step_for_v0_and_sarathi_under_kv_pressure(p
     # small KV cache makes decode steps preempt, which dissolves it.
     scenario = prefix_cache_scenario(seed)
     sched = scenario["schedulers"][0]
-    scenario["schedulers"] = [{"preset": preset, "max_num_seqs": sched["max_num_seqs"],
-                               "max_num_batched_tokens": max(sched["max_num_batched_tokens"], 256)}]
-    stepwise, fast = stepwise_and_fast(scenario)
-    assert fingerprint(fast) == fingerprint(stepwise)
+    assert_fast_equals_stepwise(with_scheduler(
+        scenario, preset=preset, max_num_seqs=sched["max_num_seqs"],
+        max_num_batched_tokens=max(sched["max_num_batched_tokens"], 256)))
 
 
 def test_prefix_cache_scenarios_hit_evict_and_finish_inside_runs():
@@ -257,8 +264,7 @@ def test_cohort_forgets_old_steps_without_changing_results(seed, monkeypatch):
     # so that it happens many times in a small run.
     import simulator.decode_cohort as cohort_module
     monkeypatch.setattr(cohort_module, "_KEEP_STEPS", 8)
-    stepwise, fast = stepwise_and_fast(prefix_cache_scenario(seed))
-    assert fingerprint(fast) == fingerprint(stepwise)
+    assert_fast_equals_stepwise(prefix_cache_scenario(seed))
 
 
 @pytest.mark.parametrize("variant", ["ft", "hf"])
@@ -267,7 +273,6 @@ def test_fast_forward_equals_step_by_step_for_static_batches(variant, seed):
     # FT batches keep their decoders in a cohort and run through finishes (nothing is admitted
     # until the batch is done); HF batches stop at each finish (it changes the padded rows).
     scenario = random_scenario(seed)
-    scenario["schedulers"] = [{"preset": "static", "max_num_seqs": scenario["schedulers"][0]["max_num_seqs"],
-                               "variant": variant}]
-    stepwise, fast = stepwise_and_fast(scenario)
-    assert fingerprint(fast) == fingerprint(stepwise)
+    assert_fast_equals_stepwise(with_scheduler(
+        scenario, preset="static", max_num_seqs=scenario["schedulers"][0]["max_num_seqs"],
+        variant=variant))
