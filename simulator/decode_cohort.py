@@ -9,11 +9,15 @@ the cohort; ``materialise`` brings a member up to date (at its finish, or for ev
 the scheduler needs per-request decisions again, ``dissolve``). Members' stale fields keep
 computed = tokens - 1 and outputs >= 1, so a member still reads as a decoder (Request.is_prefill).
 
-New blocks are taken eagerly, at the step whose token needs one, in running order (a prefix
-cache's evictions depend on that order), and a member leaves at the step that emits its last
-token (rule 1.3.2). Both are kept as sorted lists of (cohort step, join key, request), so a step
-costs O(its new blocks and leavers), and a whole multi-step advance is planned from them
-(``plan_run``) without touching the other members.
+New blocks are taken eagerly, at the step whose token needs one. While blocks are only counted
+(KVCache.counts_only) a member's needs repeat every block_size steps from its first, so the
+cohort keeps how many members need a block at each step phase (step mod block_size) and takes a
+step's blocks as one count; a member is credited its share when it leaves. Once blocks have
+identities (a prefix cache with hashes), the blocks go one by one in running order (which block
+is taken decides what is evicted later), from a sorted list of (cohort step, join key, request).
+A member leaves at the step that emits its last token (rule 1.3.2), from a sorted list too; so a
+step costs O(1) plus its leavers (and its new blocks once they have identities), and a whole
+multi-step advance is planned from these lists (``plan_run``) without touching other members.
 
 Exactness: the fields a member gets on leaving equal those of stepping it one token at a time,
 except ``itl_sq_sum_s2``, summed here by differences of running sums (the std ITL it gives
@@ -42,12 +46,26 @@ class DecodeCohort:
         self.ends: list[float] = []
         self.gaps: list[float] = [math.nan]
         self.sq_prefix: list[float] = [0.0]
+        # The steps whose gap is larger than every later gap, and those gaps (decreasing): the
+        # largest gap since step a is the first entry at or after a (a member's max ITL).
+        self._max_steps: list[int] = []
+        self._max_gaps: list[float] = []
         self.members: list[Request] = []     # in running order
-        # request -> (join step, computed, outputs, last token s, key, base, last step)
+        # request -> (join step, computed, outputs, last token s, key, base, last step,
+        #             cohort step of its first new block)
         self._joined: dict[Request, tuple] = {}
         self._next_key = 0
-        # Sorted (cohort step needing a block, key, request), one per member; _next_block
-        # maps a member to its entry's step, so a leaver's entry is taken out at once.
+        self._counted = kv.counts_only   # blocks are counts: take them per step phase
+        self._taken_through = -1         # the last step whose blocks were taken
+        bs = kv.block_size
+        # Counted blocks: members due a block at steps = p (mod bs), from their first due step
+        # on; members whose first block is further than a block_size away wait in _later,
+        # sorted (first due step, key, request).
+        self._due_at_phase = [0] * bs
+        self._later: list[tuple] = []
+        kv.deferred_blocks = self
+        # Blocks with identities: sorted (cohort step needing a block, key, request), one per
+        # member; _next_block maps a member to its entry's step, so a leaver's entry goes at once.
         self._block_due: list[tuple] = []
         self._next_block: dict[Request, int] = {}
         # Sorted (cohort step of the last token, key, request): members leave only from its
@@ -72,20 +90,29 @@ class DecodeCohort:
                          self.max_model_len - request.num_prompt_tokens - outputs)
         base = computed - g
         last_step = g + steps_left - 1
-        self._joined[request] = (g, computed, outputs, request.last_token_s, key, base, last_step)
+        next_block = g + self.kv.num_token_slots_of(request) - computed
+        self._joined[request] = (g, computed, outputs, request.last_token_s, key, base, last_step,
+                                 next_block)
         self.members.append(request)
         self.base_sum += base
         insort(self._bases, (base, key))
         insort(self._finishes, (last_step, key, request))
-        next_block = g + self.kv.num_token_slots_of(request) - computed
-        self._next_block[request] = next_block
-        insort(self._block_due, (next_block, key, request))
+        if not self._counted:
+            self._next_block[request] = next_block
+            insort(self._block_due, (next_block, key, request))
+        elif next_block < g + self.kv.block_size:
+            self._due_at_phase[next_block % self.kv.block_size] += 1
+        else:
+            insort(self._later, (next_block, key, request))
 
     def materialise(self, request: Request) -> None:
         """Bring a member's fields up to date and take it out of the cohort."""
-        g0, computed, outputs, last_token_s, key, base, _ = self._joined.pop(request)
-        due = self._block_due
-        del due[bisect_left(due, (self._next_block.pop(request), key))]
+        g0, computed, outputs, last_token_s, key, base, _, first_block = self._joined.pop(request)
+        if self._counted:
+            self._credit_blocks(request, key, first_block)
+        else:
+            due = self._block_due
+            del due[bisect_left(due, (self._next_block.pop(request), key))]
         self.members.remove(request)
         self.base_sum -= base
         del self._bases[bisect_left(self._bases, (base, key))]
@@ -96,14 +123,17 @@ class DecodeCohort:
         request.num_output_tokens = outputs + k
         j0, j = g0 - self.first, self.num_steps - 1 - self.first   # list indices
         first_gap = self.ends[j0] - last_token_s
-        later = self.gaps[j0 + 1:j + 1]
         request.itl_sq_sum_s2 += first_gap * first_gap + (self.sq_prefix[j] - self.sq_prefix[j0])
-        max_gap = max(first_gap, max(later)) if later else first_gap
+        max_gap = first_gap
+        if k > 1:   # gaps of steps g0 + 1 .. num_steps - 1: the largest is a _max_steps entry
+            later_max = self._max_gaps[bisect_left(self._max_steps, g0 + 1)]
+            if later_max > max_gap:
+                max_gap = later_max
         if max_gap > request.max_itl_s:
             request.max_itl_s = max_gap
         if request.itl_gaps_s is not None:
             request.itl_gaps_s.append(first_gap)
-            request.itl_gaps_s.extend(later)
+            request.itl_gaps_s.extend(self.gaps[j0 + 1:j + 1])
         request.last_token_s = self.ends[j]
         # A prefix cache hashes blocks as they fill: generated tokens are not shareable, so
         # only its count of full blocks moves, brought up to date here.
@@ -115,11 +145,46 @@ class DecodeCohort:
             self.materialise(request)
         self._finishes.clear()
 
+    def _credit_blocks(self, request: Request, key: int, first_block: int) -> None:
+        """A leaving member's counted blocks: one at first_block and every block_size steps
+        after, through the last step whose blocks were taken."""
+        later = self._later
+        i = bisect_left(later, (first_block, key))
+        if i < len(later) and later[i][1] == key:
+            del later[i]   # its first block was not due yet
+            return
+        bs, taken_through = self.kv.block_size, self._taken_through
+        self._due_at_phase[first_block % bs] -= 1
+        if first_block <= taken_through:
+            self.kv.credit_counted(request, (taken_through - first_block) // bs + 1)
+
+    def settle_blocks(self) -> None:
+        """Blocks are about to get identities: credit every member the blocks counted so far
+        and take later ones one by one (KVCache.deferred_blocks)."""
+        if not self._counted:
+            return
+        bs, taken_through = self.kv.block_size, self._taken_through
+        for request in self.members:
+            key, first_block = (value := self._joined[request])[4], value[7]
+            next_block = first_block
+            if first_block <= taken_through:
+                taken = (taken_through - first_block) // bs + 1
+                self.kv.credit_counted(request, taken)
+                next_block = first_block + taken * bs
+            self._next_block[request] = next_block
+            self._block_due.append((next_block, key, request))
+        self._block_due.sort()
+        self._due_at_phase = [0] * bs
+        self._later.clear()
+        self._counted = False
+
     # -- steps --------------------------------------------------------------------------------
     def begin_step(self, reserve_blocks: int = 0) -> bool:
         """Take the blocks this step's tokens need, in running order; False (nothing taken)
         when fewer blocks are free than that plus ``reserve_blocks`` (what the step's other
         requests need first): the scheduler must then preempt, member by member."""
+        if self._counted:
+            return self._take_counted_blocks(reserve_blocks)
         due_list, g = self._block_due, self.num_steps
         end = 0
         while end < len(due_list) and due_list[end][0] <= g:
@@ -137,6 +202,17 @@ class DecodeCohort:
             insort(due_list, (g + block_size, key, request))
         return True
 
+    def _take_counted_blocks(self, reserve_blocks: int) -> bool:
+        g, bs, later = self.num_steps, self.kv.block_size, self._later
+        while later and later[0][0] < g + bs:   # its first block is due within a block_size
+            self._due_at_phase[later.pop(0)[0] % bs] += 1
+        need = self._due_at_phase[g % bs]
+        if need + reserve_blocks > self.kv.num_free_blocks:
+            return False
+        self.kv.take_counted(need)
+        self._taken_through = g
+        return True
+
     def decode_rows(self) -> tuple[int, int, int]:
         """The members as BatchShape.decode_rows: (count, total context, longest context)
         before the coming step, from the running sums, without a per-member array."""
@@ -151,6 +227,12 @@ class DecodeCohort:
             gap = now_s - self.ends[-1]
             self.gaps.append(gap)
             self.sq_prefix.append(self.sq_prefix[-1] + gap * gap)
+            max_steps, max_gaps = self._max_steps, self._max_gaps
+            while max_gaps and max_gaps[-1] <= gap:
+                max_steps.pop()
+                max_gaps.pop()
+            max_steps.append(g)
+            max_gaps.append(gap)
         self.ends.append(now_s)
         self.num_steps = g + 1
         if len(self.ends) > _KEEP_STEPS:
@@ -174,6 +256,8 @@ class DecodeCohort:
         if drop > 0:
             del self.ends[:drop], self.gaps[:drop], self.sq_prefix[:drop]
             self.first = oldest
+            stale = bisect_left(self._max_steps, oldest)
+            del self._max_steps[:stale], self._max_gaps[:stale]
 
     # -- multi-step advances ------------------------------------------------------------------
     def plan_run(self, cost_model, start_s: float, next_arrival_s: float,
@@ -219,6 +303,8 @@ class DecodeCohort:
         """How many of the coming m steps fit the free blocks (new blocks in step order, each
         member's up to its last step)."""
         g, bs, free = self.num_steps, self.kv.block_size, self.kv.num_free_blocks
+        if self._counted:
+            return self._counted_steps_with_free_blocks(m)
         due = self._block_due
         end = bisect_left(due, (g + m,))
         if m <= bs and end <= free:
@@ -230,3 +316,29 @@ class DecodeCohort:
             return m
         steps.sort()
         return steps[free] - g
+
+    def _counted_steps_with_free_blocks(self, m: int) -> int:
+        """_steps_with_free_blocks from the per-phase counts: step by step, members leave the
+        counts after their last step and late first blocks join them when due."""
+        g, bs, free = self.num_steps, self.kv.block_size, self.kv.num_free_blocks
+        if m <= bs and len(self.members) <= free:
+            return m   # each member takes at most one block in m <= block_size steps
+        due_at_phase, finishes, joined = list(self._due_at_phase), self._finishes, self._joined
+        later = [(first, last) for first, key, request in self._later
+                 if first <= (last := joined[request][6])]
+        waiting_keys = {key for _, key, _ in self._later}
+        left, used = 0, 0
+        for i in range(m):
+            step = g + i
+            while finishes[left][0] < step:     # left after its last step
+                last, key, request = finishes[left]
+                first = joined[request][7]
+                if key not in waiting_keys or first <= last:
+                    due_at_phase[first % bs] -= 1
+                left += 1
+            while later and later[0][0] < step + bs:
+                due_at_phase[later.pop(0)[0] % bs] += 1
+            used += due_at_phase[step % bs]
+            if used > free:
+                return i
+        return m

@@ -22,6 +22,15 @@ class KVCache:
         self._num_blocks: dict[Request, int] = {}
         self.num_queries_tokens = 0   # vllm:prefix_cache_queries (tokens)
         self.num_hit_tokens = 0       # vllm:prefix_cache_hits (tokens)
+        # A decode cohort that takes its members' blocks as counts, per step, and credits each
+        # member its share only when it leaves (DecodeCohort): settled before blocks get
+        # identities (PrefixCachingKVCache), since identities are given to held blocks.
+        self.deferred_blocks = None
+
+    @property
+    def counts_only(self) -> bool:
+        """True while blocks are interchangeable: only how many each request holds matters."""
+        return True
 
     # -- queries -------------------------------------------------------------------------------
     def blocks_for(self, num_tokens: int) -> int:
@@ -85,6 +94,14 @@ class KVCache:
         self.num_free_blocks -= 1
         self._num_blocks[request] = self._num_blocks.get(request, 0) + 1
         return True
+
+    def take_counted(self, num_blocks: int) -> None:
+        """Blocks taken for requests whose held counts are credited later (credit_counted)."""
+        self.num_free_blocks -= num_blocks
+
+    def credit_counted(self, request: Request, num_blocks: int) -> None:
+        """A request's share of blocks taken earlier by take_counted."""
+        self._num_blocks[request] = self._num_blocks.get(request, 0) + num_blocks
 
     def grow_counts(self, requests, num_new_blocks) -> None:
         """Count-only bulk growth (a planned multi-step advance): each request takes the given

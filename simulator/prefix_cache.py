@@ -42,6 +42,10 @@ class PrefixCachingKVCache(KVCache):
         self._own: dict[Request, dict[int, int]] = {}
         self._own_tag: list[tuple | None] = [None] * n    # block -> (request, index) while cached
 
+    @property
+    def counts_only(self) -> bool:
+        return self._counting
+
     # -- hashing ------------------------------------------------------------------------------
     def _num_shareable(self, request: Request) -> int:
         """Leading blocks made only of known prompt token ids: other requests can hit these."""
@@ -225,6 +229,8 @@ class PrefixCachingKVCache(KVCache):
 
     def _assign_ids(self) -> None:
         """Give counted blocks identities: each request's held blocks, then the free queue."""
+        if self.deferred_blocks is not None:
+            self.deferred_blocks.settle_blocks()   # every holder's count, before ids are handed out
         n, next_id = self.num_total_blocks, 0
         self._blocks = {}
         for request, count in self._num_blocks.items():
