@@ -237,6 +237,61 @@ class DecodeCohort:
         self.num_steps = g + 1
         if len(self.ends) > _KEEP_STEPS:
             self._drop_old_steps()
+        return self._leavers(g)
+
+    def advance(self, ends_s: list[float], leave) -> tuple[list[float], list[int]] | None:
+        """Carry out a planned run of decode steps (DecodeCohort.plan_run) in one call: the
+        same state as begin_step and end_step at each of ``ends_s`` gives, with the per-step
+        work inlined. ``leave(requests, end_s)`` is told of each step's leavers (materialised,
+        still holding their blocks). Returns each step's KV usage and member count after it,
+        or None (nothing done) when blocks have identities: they go one by one (begin_step)."""
+        if not self._counted:
+            return None
+        kv, g0 = self.kv, self.num_steps
+        bs, total, due_at_phase, later = kv.block_size, kv.num_total_blocks, self._due_at_phase, self._later
+        finishes, ends, gaps, sq_prefix = self._finishes, self.ends, self.gaps, self.sq_prefix
+        max_steps, max_gaps = self._max_steps, self._max_gaps
+        free, num_members = kv.num_free_blocks, len(self.members)
+        next_leave = finishes[0][0] if finishes else -1
+        last_s, sq = (ends[-1], sq_prefix[-1]) if g0 > self.first else (None, None)
+        usage, num_running = [], []
+        for g, now_s in enumerate(ends_s, g0):
+            while later and later[0][0] < g + bs:
+                due_at_phase[later.pop(0)[0] % bs] += 1
+            free -= due_at_phase[g % bs]
+            if last_s is not None:
+                gap = now_s - last_s
+                gaps.append(gap)
+                sq += gap * gap
+                sq_prefix.append(sq)
+                while max_gaps and max_gaps[-1] <= gap:
+                    max_steps.pop()
+                    max_gaps.pop()
+                max_steps.append(g)
+                max_gaps.append(gap)
+            else:
+                sq = sq_prefix[-1]
+            ends.append(now_s)
+            last_s = now_s
+            if next_leave == g:
+                if free < 0:
+                    raise AssertionError("a planned decode run ran out of KV blocks")  # plan_run's bug
+                kv.num_free_blocks, self.num_steps, self._taken_through = free, g + 1, g
+                leave(self._leavers(g), now_s)
+                free, num_members = kv.num_free_blocks, len(self.members)
+                next_leave = finishes[0][0] if finishes else -1
+            usage.append(1.0 - free / total)
+            num_running.append(num_members)
+        if free < 0:
+            raise AssertionError("a planned decode run ran out of KV blocks")  # plan_run's bug
+        kv.num_free_blocks, self.num_steps = free, g0 + len(ends_s)
+        self._taken_through = self.num_steps - 1
+        if len(ends) > _KEEP_STEPS:
+            self._drop_old_steps()
+        return usage, num_running
+
+    def _leavers(self, g: int) -> list[Request]:
+        """The members whose last token is step g's, taken out materialised, in running order."""
         finishes = self._finishes
         end = 0
         while end < len(finishes) and finishes[end][0] <= g:

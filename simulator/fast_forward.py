@@ -168,6 +168,14 @@ def _apply_cohort_run(scheduler, run: DecodeRun, on_finished) -> RunSteps:
     """Every running request is a cohort member: the cohort steps m times (new blocks and
     leavers are its only per-request work)."""
     cohort, kv = scheduler.cohort, scheduler.kv
+
+    def leave(finished: list, end_s: float) -> None:
+        scheduler.finish(finished, end_s)
+        on_finished(finished, end_s)
+
+    steps = cohort.advance(run.end_s, leave)
+    if steps is not None:
+        return RunSteps(*steps)
     usage, num_running, total = [], [], kv.num_total_blocks
     for end_s in run.end_s:
         if not cohort.begin_step():
