@@ -203,12 +203,16 @@ class TableCostModel:
     name: str = "profiled"
     _warned: list = field(init=False, repr=False, compare=False)
     _by_tokens: dict = field(init=False, repr=False, compare=False)
+    _decode_terms: dict | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_warned", [self.fitted_range is None])
         # Table lookups by token and row counts, which repeat step after step (a decode run
         # keeps its rows): the same floats, computed once.
         object.__setattr__(self, "_by_tokens", {})
+        # decode_step_time_s's terms by row count, where attention is the roofline's.
+        object.__setattr__(self, "_decode_terms",
+                           {} if isinstance(self.attention, RooflineAttention) else None)
 
     def step_time_s(self, shape: BatchShape) -> float:
         counts = step_counts(shape)
@@ -221,11 +225,39 @@ class TableCostModel:
 
     def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
         """An all-decode step (see RooflineCostModel.decode_step_time_s); the attention terms of
-        such a step read only the counts, so no arrays are built."""
-        counts = decode_counts(num_seqs, context_sum)
-        if not self._warned[0]:
-            self.fitted_range.warn_once(self.name, None, counts, self._warned, longest + 1)
-        return self._time_s(counts, None, None, longest)
+        such a step read only the counts, so no arrays are built. Decode runs price every step
+        here: with the roofline's attention the sum is written out, in _time_s's order."""
+        if not self._warned[0] and not self._surely_fitted(num_seqs, longest):
+            self.fitted_range.warn_once(self.name, None, decode_counts(num_seqs, context_sum),
+                                        self._warned, longest + 1)
+        if self._decode_terms is None:
+            return self._time_s(decode_counts(num_seqs, context_sum), None, None, longest)
+        terms = self._decode_terms.get(num_seqs)
+        if terms is None:
+            terms = self._decode_terms[num_seqs] = self._roofline_decode_terms(num_seqs)
+        layers_s, q_s, whole_s, sampling_s = terms
+        k = self.attention._k
+        decode_pairs = context_sum + num_seqs
+        time_s = layers_s + max(k.attn_s_per_pair * decode_pairs,
+                                k.kv_s_per_token * decode_pairs + q_s) + self.step_overhead_s
+        if whole_s is not None:
+            time_s += whole_s
+        if sampling_s is not None:
+            time_s += sampling_s
+        return float(time_s)
+
+    def _surely_fitted(self, num_seqs: int, longest: int) -> bool:
+        """A cheap sufficient test that a decode step lies inside the fitted range (FittedRange.outside)."""
+        fitted = self.fitted_range
+        return num_seqs <= fitted.max_tokens and num_seqs <= fitted.max_seqs and longest < fitted.max_context
+
+    def _roofline_decode_terms(self, num_seqs: int) -> tuple:
+        """What a decode step of num_seqs rows adds besides its attention, as _time_s adds it
+        (layers x per-layer time, the query term of the roofline attention, then whole-model
+        and sampling times); each float is computed by the same operations as there."""
+        per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
+        return (self.num_layers * per_layer, self.attention._k.q_s_per_token * num_seqs,
+                whole_s, sampling_s)
 
     def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
                             longest: np.ndarray) -> np.ndarray | None:

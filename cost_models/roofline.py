@@ -47,6 +47,7 @@ class RooflineCostModel:
     # order of 10 us; paid 2 x num_layers times per step at tensor_parallel_size > 1.
     allreduce_latency_s: float = 1e-5
     _k: "_PerRank" = field(init=False, repr=False, compare=False)
+    _decode_terms: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_tensor_parallel_size(self.model, self.tensor_parallel_size)
@@ -59,6 +60,7 @@ class RooflineCostModel:
             if not _is_number(value) or value < 0:
                 raise ValueError(f"cost_model.{name}: {value!r} is not a non-negative number of seconds")
         object.__setattr__(self, "_k", _per_rank(self))
+        object.__setattr__(self, "_decode_terms", {})   # decode_step_time_s's terms by row count
 
     def step_time_s(self, shape: BatchShape) -> float:
         (tokens, decode_ctx, num_decode, prefill_pairs, prefill_ctx, _, num_sampled,
@@ -81,12 +83,26 @@ class RooflineCostModel:
         """A step in which ``num_seqs`` sequences decode and sample one token each over
         ``context_sum`` tokens of KV in all: the multi-step advance prices whole decode runs
         with this, and step_time_s routes such steps here too, so both agree to the bit."""
+        terms = self._decode_terms.get(num_seqs)
+        if terms is None:
+            terms = self._decode_terms[num_seqs] = self._decode_terms_of(num_seqs)
+        linear_s, q_s, sampling_s, allreduce_s = terms
         k = self._k
         decode_pairs = context_sum + num_seqs
-        time_s = self._linear_s(num_seqs)
-        time_s += max(k.attn_s_per_pair * decode_pairs,
-                      k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_seqs)
-        return self._sampling_and_rest_s(time_s, num_seqs, num_seqs)
+        time_s = linear_s + max(k.attn_s_per_pair * decode_pairs, k.kv_s_per_token * decode_pairs + q_s)
+        time_s += sampling_s   # _sampling_and_rest_s, written out: every row samples
+        if allreduce_s is not None:
+            time_s += allreduce_s
+        return time_s + self.step_overhead_s
+
+    def _decode_terms_of(self, num_seqs: int) -> tuple:
+        """The parts of decode_step_time_s that depend on the row count only, each computed by
+        the operations step_time_s uses (so the sum, taken in the same order, is the same float)."""
+        k = self._k
+        sampling_s = max(k.lm_head_s_per_row * num_seqs, k.lm_head_weight_s + k.logit_s_per_row * num_seqs)
+        allreduce_s = (k.allreduces * (k.allreduce_s_per_token * num_seqs + self.allreduce_latency_s)
+                       if k.allreduces else None)
+        return self._linear_s(num_seqs), k.q_s_per_token * num_seqs, sampling_s, allreduce_s
 
     def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
                             longest: np.ndarray) -> np.ndarray:
