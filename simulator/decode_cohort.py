@@ -80,6 +80,13 @@ class DecodeCohort:
     def __contains__(self, request: Request) -> bool:
         return request in self._joined
 
+    def outside(self, requests: list[Request]) -> list[Request]:
+        """The requests that are not members, in their order (every step of some policies)."""
+        if len(self.members) == len(requests):   # the requests are the running ones: all members
+            return []
+        joined = self._joined
+        return [r for r in requests if r not in joined]
+
     # -- membership ---------------------------------------------------------------------------
     def join(self, request: Request) -> None:
         """A running request that decodes from the next step on (computed = tokens - 1)."""

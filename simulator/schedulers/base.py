@@ -125,7 +125,7 @@ class Scheduler:
         cohort = self.cohort
         if cohort is None or not len(cohort):
             return self.running
-        return [r for r in self.running if r not in cohort]
+        return cohort.outside(self.running)
 
     def schedule_decodes_with_cohort(self, batch: Batch, decoders: list[Request]) -> int:
         """schedule_decodes for policies where every decoder gets a token (V0, Sarathi): the
