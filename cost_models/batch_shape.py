@@ -5,13 +5,9 @@ without the event loop: the dependency direction is calibration -> cost_models <
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cached_property
-
 import numpy as np
 
 
-@dataclass(frozen=True)
 class BatchShape:
     """The batch as a cost model sees it: per-sequence new tokens, prior context, sampling flag.
 
@@ -20,11 +16,18 @@ class BatchShape:
     summarises further sequences that each decode and sample one token, without arrays (a
     decode cohort's rows, simulator/decode_cohort.py): every figure below includes them, and
     cost models read the figures, not the arrays, for decodes.
+
+    The per-sequence values may be given as arrays or as plain lists; lists become arrays only
+    when an array is read (the engine builds a shape every step, and most cost models read only
+    ``work_counts``). A shape is not changed after it is made.
     """
-    new_tokens: np.ndarray      # int64, tokens computed this step per sequence
-    context_tokens: np.ndarray  # int64, tokens already in KV before this step
-    samples: np.ndarray         # bool, the sequence samples a token at the end of this step
-    decode_rows: tuple[int, int, int] = (0, 0, 0)
+    __slots__ = ("_new", "_ctx", "_samples", "decode_rows", "_counts")
+
+    def __init__(self, new_tokens, context_tokens, samples,
+                 decode_rows: tuple[int, int, int] = (0, 0, 0)):
+        self._new, self._ctx, self._samples = new_tokens, context_tokens, samples
+        self.decode_rows = decode_rows
+        self._counts: tuple | None = None
 
     @classmethod
     def of(cls, new_tokens, context_tokens, samples=None) -> "BatchShape":
@@ -32,6 +35,37 @@ class BatchShape:
         ctx = np.asarray(context_tokens, dtype=np.int64)
         smp = np.ones(len(new), bool) if samples is None else np.asarray(samples, bool)
         return cls(new, ctx, smp)
+
+    @classmethod
+    def from_lists(cls, new_tokens: list[int], context_tokens: list[int], samples: list[bool],
+                   decode_rows: tuple[int, int, int] = (0, 0, 0)) -> "BatchShape":
+        """A shape from the scheduler's lists (not copied: the caller no longer changes them),
+        its work counts taken from the lists directly (a step lists few sequences once its
+        decoders are a cohort: plain sums beat numpy's)."""
+        shape = cls(new_tokens, context_tokens, samples, decode_rows)
+        shape._counts = work_counts_of(new_tokens, context_tokens, samples, decode_rows)
+        return shape
+
+    @property
+    def new_tokens(self) -> np.ndarray:
+        """int64, tokens computed this step per listed sequence."""
+        if type(self._new) is not np.ndarray:
+            self._new = np.array(self._new, np.int64)
+        return self._new
+
+    @property
+    def context_tokens(self) -> np.ndarray:
+        """int64, tokens already in KV before this step per listed sequence."""
+        if type(self._ctx) is not np.ndarray:
+            self._ctx = np.array(self._ctx, np.int64)
+        return self._ctx
+
+    @property
+    def samples(self) -> np.ndarray:
+        """bool, whether each listed sequence samples a token at the end of this step."""
+        if type(self._samples) is not np.ndarray:
+            self._samples = np.array(self._samples, bool)
+        return self._samples
 
     def with_padding_rows(self, pad: int) -> "BatchShape":
         """Static (HF) batching computes finished rows too: each decodes one discarded token over
@@ -43,23 +77,15 @@ class BatchShape:
                           np.concatenate([self.context_tokens, np.full(pad, pad_ctx, np.int64)]),
                           np.concatenate([self.samples, np.ones(pad, bool)]), self.decode_rows)
 
-    @cached_property
+    @property
     def work_counts(self) -> tuple:
         """(tokens, decode_ctx, num_decodes, prefill_pairs, prefill_ctx, num_prefills,
         num_sampled, num_seqs), computed once per shape (work_counts_of): the engine's step
         log and the cost models read them (cost_models.parametric.step_counts)."""
-        return work_counts_of(self.new_tokens.tolist(), self.context_tokens.tolist(),
-                              self.samples.tolist(), self.decode_rows)
-
-    @classmethod
-    def from_lists(cls, new_tokens: list[int], context_tokens: list[int], samples: list[bool],
-                   decode_rows: tuple[int, int, int] = (0, 0, 0)) -> "BatchShape":
-        """A shape from the scheduler's lists, its work counts taken from the lists directly
-        (a step lists few sequences once its decoders are a cohort: plain sums beat numpy's)."""
-        shape = cls(np.array(new_tokens, np.int64), np.array(context_tokens, np.int64),
-                    np.array(samples, bool), decode_rows)
-        shape.__dict__["work_counts"] = work_counts_of(new_tokens, context_tokens, samples, decode_rows)
-        return shape
+        if self._counts is None:
+            self._counts = work_counts_of(_as_list(self._new), _as_list(self._ctx),
+                                          _as_list(self._samples), self.decode_rows)
+        return self._counts
 
     @property
     def num_seqs(self) -> int:
@@ -94,20 +120,19 @@ class BatchShape:
     @property
     def longest_context(self) -> int:
         """The longest context before this step of any sequence (0 for none)."""
-        listed = int(self.context_tokens.max()) if len(self.context_tokens) else 0
+        listed = max(_as_list(self._ctx), default=0)
         return max(listed, self.decode_rows[2]) if self.decode_rows[0] else listed
 
     @property
     def longest_sequence(self) -> int:
         """The longest context + new tokens of any sequence (0 for none)."""
-        listed = int((self.context_tokens + self.new_tokens).max()) if len(self.new_tokens) else 0
+        listed = max(map(sum, zip(_as_list(self._ctx), _as_list(self._new))), default=0)
         return max(listed, self.decode_rows[2] + 1) if self.decode_rows[0] else listed
 
     @property
     def longest_decode_context(self) -> int:
         """The longest context among the decodes (0 for none)."""
-        is_decode = self.is_decode
-        listed = int(self.context_tokens[is_decode].max()) if is_decode.any() else 0
+        listed = max((c for n, c in zip(_as_list(self._new), _as_list(self._ctx)) if n == 1), default=0)
         return max(listed, self.decode_rows[2]) if self.decode_rows[0] else listed
 
     @property
@@ -117,6 +142,10 @@ class BatchShape:
         if n_dec == self.num_seqs:
             return "decode"
         return "prefill" if n_dec == 0 else "mixed"
+
+
+def _as_list(values) -> list:
+    return values.tolist() if type(values) is np.ndarray else list(values)
 
 
 def work_counts_of(new: list[int], ctx: list[int], samples: list[bool],

@@ -221,7 +221,9 @@ class TableCostModel:
         if not self._warned[0]:
             self.fitted_range.warn_once(self.name, shape, counts, self._warned)
         longest = _longest_decode(shape, counts) if getattr(self.attention, "decode_skew", 0.0) else 0
-        return self._time_s(counts, shape.new_tokens, shape.context_tokens, longest)
+        if counts[5] and isinstance(self.attention, AttentionGrid):   # a grid reads the prompt chunks
+            return self._time_s(counts, shape.new_tokens, shape.context_tokens, longest)
+        return self._time_s(counts, None, None, longest)
 
     def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
         """An all-decode step (see RooflineCostModel.decode_step_time_s); the attention terms of
