@@ -248,6 +248,34 @@ class TableCostModel:
             time_s += sampling_s
         return float(time_s)
 
+    def decode_step_ends(self, num_seqs: int, context_sum: int, context_step: int, longest: int,
+                         now_s: float, num_steps: int, next_arrival_s: float) -> list[float] | None:
+        """RooflineCostModel.decode_step_ends for a profile with the roofline's attention (None
+        for a grid, or when the run may leave the fitted range: its steps are then priced one
+        by one, which warns)."""
+        if self._decode_terms is None or not (self._warned[0] or self._surely_fitted(num_seqs, longest + num_steps)):
+            return None
+        terms = self._decode_terms.get(num_seqs)
+        if terms is None:
+            terms = self._decode_terms[num_seqs] = self._roofline_decode_terms(num_seqs)
+        layers_s, q_s, whole_s, sampling_s = terms
+        k, overhead_s = self.attention._k, self.step_overhead_s
+        attn_s_per_pair, kv_s_per_token = k.attn_s_per_pair, k.kv_s_per_token
+        decode_pairs = context_sum + num_seqs
+        ends = []
+        for _ in range(num_steps):
+            if now_s >= next_arrival_s:
+                break
+            time_s = layers_s + max(attn_s_per_pair * decode_pairs, kv_s_per_token * decode_pairs + q_s) + overhead_s
+            if whole_s is not None:
+                time_s += whole_s
+            if sampling_s is not None:
+                time_s += sampling_s
+            now_s = now_s + float(time_s)
+            ends.append(now_s)
+            decode_pairs += context_step
+        return ends
+
     def _surely_fitted(self, num_seqs: int, longest: int) -> bool:
         """A cheap sufficient test that a decode step lies inside the fitted range (FittedRange.outside)."""
         fitted = self.fitted_range

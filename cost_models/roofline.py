@@ -95,6 +95,31 @@ class RooflineCostModel:
             time_s += allreduce_s
         return time_s + self.step_overhead_s
 
+    def decode_step_ends(self, num_seqs: int, context_sum: int, context_step: int, longest: int,
+                         now_s: float, num_steps: int, next_arrival_s: float) -> list[float]:
+        """The clock after each of up to ``num_steps`` decode steps from ``now_s``: step i is
+        decode_step_time_s(num_seqs, context_sum + i * context_step), written out in a loop, its
+        time added to the clock in turn as SimPy does; none starts at or after next_arrival_s.
+        The hot loop of a multi-step advance (decode_pricing.DecodeSegment)."""
+        terms = self._decode_terms.get(num_seqs)
+        if terms is None:
+            terms = self._decode_terms[num_seqs] = self._decode_terms_of(num_seqs)
+        linear_s, q_s, sampling_s, allreduce_s = terms
+        attn_s_per_pair, kv_s_per_token, overhead_s = self._k.attn_s_per_pair, self._k.kv_s_per_token, self.step_overhead_s
+        decode_pairs = context_sum + num_seqs
+        ends = []
+        for _ in range(num_steps):
+            if now_s >= next_arrival_s:
+                break
+            time_s = linear_s + max(attn_s_per_pair * decode_pairs, kv_s_per_token * decode_pairs + q_s)
+            time_s += sampling_s
+            if allreduce_s is not None:
+                time_s += allreduce_s
+            now_s = now_s + (time_s + overhead_s)
+            ends.append(now_s)
+            decode_pairs += context_step
+        return ends
+
     def _decode_terms_of(self, num_seqs: int) -> tuple:
         """The parts of decode_step_time_s that depend on the row count only, each computed by
         the operations step_time_s uses (so the sum, taken in the same order, is the same float)."""

@@ -15,6 +15,9 @@ from cost_models.batch_shape import BatchShape
 # peer run (vllm_v0, PYTHONHASHSEED=0): 1.98-2.00G instructions at 8 against 2.02-2.03G never
 # vectorising (32 and 128, without a fixed hash seed: 2.02G).
 _VECTOR_STEPS = 8
+# A model's own loop over a segment's steps (decode_step_ends) costs well under a microsecond a
+# step; numpy's fixed cost per segment is worth it only for segments longer than this.
+_LOOP_STEPS = 64
 
 
 @dataclass
@@ -31,6 +34,13 @@ class DecodeSegment:
              next_arrival_s: float) -> list[float]:
         """End times of steps first..stop-1, stopping before one that starts at or after the
         next arrival. Clock additions are sequential, as SimPy's."""
+        loop = getattr(cost_model, "decode_step_ends", None)
+        if loop is not None and stop - first <= _LOOP_STEPS:
+            rows, pad, longest = self.rows + self.pad, self.pad, self.longest + first
+            ends = loop(rows, self.context_sum + first * self.rows + pad * longest, rows, longest,
+                        now_s, stop - first, next_arrival_s)
+            if ends is not None:
+                return ends
         price = self._pricer(cost_model, context, last_step)
         many = getattr(cost_model, "decode_step_times_s", None)
         if many is not None and stop - first > _VECTOR_STEPS:

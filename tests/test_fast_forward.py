@@ -1,5 +1,6 @@
 """Advancing identical decode steps in one event gives exactly the step-by-step results
 (design §3: "provided results equal the step-by-step run exactly (a test proves it)")."""
+import math
 import warnings
 
 import numpy as np
@@ -254,6 +255,35 @@ def test_many_decode_steps_are_priced_to_the_bit_like_one_at_a_time():
                     continue
                 scalar = [model.decode_step_time_s(rows, int(s), int(g)) for s, g in zip(sums, longest)]
             assert vector.tolist() == scalar, name
+            checked += 1
+    assert checked >= 10
+
+
+def test_a_models_own_decode_loop_gives_the_clock_of_one_step_at_a_time():
+    # DecodeSegment prices short segments with the model's decode_step_ends loop; the single
+    # steps add decode_step_time_s to the clock one at a time: every end time must be the same
+    # float, with padded rows (context grows by more than the row count) and an arrival cutoff.
+    rng = np.random.default_rng(11)
+    checked = 0
+    for name, model in _shipped_cost_models():
+        loop = getattr(model, "decode_step_ends", None)
+        if loop is None:
+            continue
+        for rows, pad in ((1, 0), (3, 0), (26, 2), (97, 0), (256, 5)):
+            num_seqs, longest = rows + pad, int(rng.integers(100, 900))
+            context_sum, now_s = int(rng.integers(rows, rows * 900)) + pad * longest, float(rng.uniform(0, 1e4))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                ends = loop(num_seqs, context_sum, num_seqs, longest, now_s, 40, math.inf)
+                if ends is None:
+                    continue
+                clock, expected = now_s, []
+                for i in range(40):
+                    clock = clock + model.decode_step_time_s(num_seqs, context_sum + i * num_seqs, longest + i)
+                    expected.append(clock)
+                cut = loop(num_seqs, context_sum, num_seqs, longest, now_s, 40, expected[16])
+            assert ends == expected, name
+            assert cut == expected[:17], name   # the step starting at the arrival is not taken
             checked += 1
     assert checked >= 10
 
