@@ -112,3 +112,44 @@ def test_time_weighted_mean_over_a_window_counts_idle_time_as_zero():
         time_weighted_mean([1.0], [1.0], over_s=-1.0)
     with pytest.raises(ValueError, match="num_seqs"):
         EngineSeries.from_step_log(StepLog()).mean("num_seqs")
+
+
+def test_decode_runs_and_appends_keep_their_order_across_flushes(monkeypatch):
+    monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", 4)
+    logged, expected = StepLog(), StepLog()
+    t = 0.0
+    for i in range(6):
+        row = (t, t + 0.5, 3, 1, 2, 130, 128, 3, i, 0.25, i % 2)
+        logged.append(*row)
+        expected.append(*row)
+        t += 0.5
+        ends = [t + 0.125 * (j + 1) for j in range(i)]   # runs of 0..5 decode steps
+        rows, running = [3 - j % 2 for j in range(i)], [3 + j for j in range(i)]
+        waiting, kv = [i] * i, [0.25 + j / 64 for j in range(i)]
+        logged.extend_decode_steps(t, ends, rows, running, waiting, kv)
+        for j in range(i):
+            expected.append(t if j == 0 else ends[j - 1], ends[j], rows[j], 0, rows[j], rows[j], 0,
+                            running[j], waiting[j], kv[j], 0)
+        t = ends[-1] if ends else t
+    assert len(logged) == len(expected) == 6 + sum(range(6))
+    got, want = logged.to_columns(), expected.to_columns()
+    for name in STEP_COLUMNS:
+        assert got[name].dtype == want[name].dtype and got[name].tolist() == want[name].tolist(), name
+
+
+def test_decode_steps_with_lists_of_unequal_length_are_refused():
+    with pytest.raises(ValueError, match="len\\(end_s\\)=2"):
+        StepLog().extend_decode_steps(0.0, [0.5, 1.0], [2, 2], [2, 2], [0], [0.1, 0.1])
+
+
+def test_columns_are_read_only_and_owned_by_the_log():
+    log = StepLog()
+    for row in ROWS:
+        log.append(*row)
+    cols = log.to_columns()
+    with pytest.raises(ValueError, match="read-only"):
+        cols["end_s"][0] = 9.0
+    source = {name: np.array(cols[name]) for name in STEP_COLUMNS}
+    rebuilt = StepLog.from_columns(source)
+    source["end_s"][0] = 9.0                      # the caller's array changes, the log does not
+    assert rebuilt.to_columns()["end_s"].tolist() == [0.125, 0.1875, 0.25]
