@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from simulator.metrics import StepLog, latencies_s, percentile_key, summarize
+from simulator.metrics import summary as summary_module
 from simulator.request import Request, RequestStatus
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
@@ -220,3 +221,23 @@ def test_reproduces_a_real_vllm_bench_serve_result_from_its_own_lists():
     assert s_sums["mean_itl_ms"] == pytest.approx(real["mean_itl_ms"], rel=1e-9)
     assert s_sums["std_itl_ms"] == pytest.approx(real["std_itl_ms"], rel=1e-9)
     assert np.isclose(s_sums["mean_tpot_ms"], real["mean_tpot_ms"], rtol=1e-9)
+
+
+@pytest.mark.parametrize("keep_gaps", [False, True])
+def test_summary_from_arrays_is_the_request_by_request_summary(monkeypatch, keep_gaps):
+    """With every time a float, summarize reads the requests into arrays: each figure must be
+    bit for bit what going request by request (latencies_s, the Request properties) gives."""
+    from simulator.runner import prepare, simulate
+    from simulator.scenario import load_scenario
+    scenario = load_scenario(Path(__file__).resolve().parents[1] / "bench" / "standard.yaml",
+                             ["workload.num_requests=300",
+                              f"metrics.record_itl_gaps={str(keep_gaps).lower()}"])
+    prepared = prepare(scenario, ["vllm_v1"])
+    out = simulate(prepared, prepared.runs[0])
+    kwargs = dict(duration_s=out.result.end_s, percentiles=(50, 90, 99.9), step_log=out.result.step_log,
+                  max_concurrency=64, request_rate=20.0, goodput_slos_ms={"ttft": 100, "tpot": 20})
+    from_arrays = summarize(out.result.requests, **kwargs)
+    monkeypatch.setattr(summary_module, "float_arrays", lambda *args: None)
+    by_request = summarize(out.result.requests, **kwargs)
+    assert json.dumps(from_arrays, sort_keys=True) == json.dumps(by_request, sort_keys=True)
+    assert (from_arrays["median_itl_ms"] is None) is not keep_gaps

@@ -20,17 +20,21 @@ to ``requests.csv``.
 from __future__ import annotations
 
 import math
-from itertools import accumulate, chain
-from typing import Mapping, Sequence
+from itertools import accumulate, chain, compress
+from operator import attrgetter
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from simulator.metrics.quantiles import median, percentile
+from simulator.metrics.request_arrays import float_arrays, int_arrays
 from simulator.metrics.step_log import StepLog
 from simulator.metrics.timeseries import EngineSeries
 from simulator.request import Request
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
+_TIME_ATTRIBUTES = ("arrival_s", "first_token_s", "last_token_s", "itl_sq_sum_s2", "max_itl_s",
+                    "client_queue_s")
 
 
 def latencies_s(request: Request) -> tuple[float, float | None, float] | None:
@@ -81,15 +85,15 @@ def summarize(requests: Sequence[Request], duration_s: float | None = None,
     result.update(_throughputs(lat, dur_s))
     for metric, values in (("ttft", lat.ttft_s), ("tpot", lat.tpot_s), ("e2el", lat.e2el_s)):
         result.update(_stats_ms(metric, values, pcts))
-    gaps_s = _pooled_gaps_s(done)
+    gaps_s = _pooled_gaps_s(done, lat)
     result.update(_stats_ms("itl", gaps_s, pcts) if gaps_s is not None
-                  else _itl_stats_from_sums_ms(done, pcts))
+                  else _itl_stats_from_sums_ms(done, lat, pcts))
     result["max_output_tokens_per_s"] = _peak_output_tokens_per_s(done, lat)
     result["max_concurrent_requests"] = _peak_concurrency(lat)
     if max_concurrency is not None:
         with_e2el = request_rate is not None and math.isfinite(request_rate)
         result.update(_client_queue_stats_ms(done, lat, pcts, with_e2el))
-    result.update(_servesim_fields(requests, done, step_log))
+    result.update(_servesim_fields(requests, done, lat, step_log))
     return result
 
 
@@ -97,16 +101,31 @@ class _Latencies:
     """Arrays over completed requests, in the order given."""
 
     def __init__(self, done: Sequence[Request]):
-        triples = [latencies_s(r) for r in done]
         n = len(done)
-        self.arrival_s = np.fromiter((r.arrival_s for r in done), np.float64, n)
-        self.num_prompt = np.fromiter((r.num_prompt_tokens for r in done), np.int64, n)
-        self.num_output = np.fromiter((r.num_output_tokens for r in done), np.int64, n)
-        self.ttft_s = np.fromiter((t[0] for t in triples), np.float64, n)
-        self.e2el_s = np.fromiter((t[2] for t in triples), np.float64, n)
-        self.tpot_s = np.array([t[1] for t in triples if t[1] is not None], dtype=np.float64)
-        # Goodput treats out <= 1 as TPOT 0 (vLLM's all_tpots).
-        self.all_tpot_s = np.array([0.0 if t[1] is None else t[1] for t in triples], np.float64)
+        counts = int_arrays(done, ("num_prompt_tokens", "num_output_tokens"))
+        self.num_prompt = counts["num_prompt_tokens"] if counts else \
+            np.fromiter((r.num_prompt_tokens for r in done), np.int64, n)
+        self.num_output = counts["num_output_tokens"] if counts else \
+            np.fromiter((r.num_output_tokens for r in done), np.int64, n)
+        self.num_gaps = np.maximum(self.num_output - 1, 0)
+        # With every time a float, numpy's float operations give latencies_s's bits.
+        self.times = counts and float_arrays(done, _TIME_ATTRIBUTES)
+        if self.times is None:
+            self.arrival_s = np.fromiter((r.arrival_s for r in done), np.float64, n)
+            triples = [latencies_s(r) for r in done]
+            self.ttft_s = np.fromiter((t[0] for t in triples), np.float64, n)
+            self.e2el_s = np.fromiter((t[2] for t in triples), np.float64, n)
+            all_tpot_s = np.array([0.0 if t[1] is None else t[1] for t in triples], np.float64)
+        else:
+            self.arrival_s = self.times["arrival_s"]
+            self.ttft_s = self.times["first_token_s"] - self.arrival_s
+            self.e2el_s = self.times["last_token_s"] - self.arrival_s
+            with np.errstate(divide="ignore", invalid="ignore"):
+                all_tpot_s = (self.e2el_s - self.ttft_s) / (self.num_output - 1)
+        has_tpot = self.num_output > 1     # TPOT only for out > 1 ...
+        self.tpot_s = all_tpot_s[has_tpot]
+        # ... and goodput treats out <= 1 as TPOT 0 (vLLM's all_tpots).
+        self.all_tpot_s = np.where(has_tpot, all_tpot_s, 0.0)
 
     def num_good(self, slos_ms: dict[str, float]) -> int:
         values = {"ttft": self.ttft_s, "tpot": self.all_tpot_s, "e2el": self.e2el_s}
@@ -166,24 +185,33 @@ def _stats_ms(metric: str, values_s: np.ndarray, pcts: tuple[float, ...]) -> dic
     return stats
 
 
-def _num_gaps(request: Request) -> int:
-    return max(request.num_output_tokens - 1, 0)
+def _requests_with_gaps(done: Sequence[Request], lat: _Latencies) -> Iterator[Request]:
+    return compress(done, (lat.num_gaps > 0).tolist())
 
 
-def _pooled_gaps_s(done: Sequence[Request]) -> np.ndarray | None:
+def _pooled_gaps_s(done: Sequence[Request], lat: _Latencies) -> np.ndarray | None:
     """Every gap of every request in request order (vLLM's ``itls``); None if any was not kept."""
-    with_gaps = [r for r in done if _num_gaps(r) > 0]
+    with_gaps = list(_requests_with_gaps(done, lat))
     if any(r.itl_gaps_s is None for r in with_gaps):
         return None
     return np.fromiter(chain.from_iterable(r.itl_gaps_s for r in with_gaps), np.float64,
                        sum(len(r.itl_gaps_s) for r in with_gaps))
 
 
-def _itl_stats_from_sums_ms(done: Sequence[Request], pcts: tuple[float, ...]) -> dict:
-    """Pooled mean and population std from the per-request sums; quantiles unknown (None)."""
-    n = sum(_num_gaps(r) for r in done)
-    mean_s = sum(r.itl_sum_s for r in done) / n
-    var_s2 = max(sum(r.itl_sq_sum_s2 for r in done) / n - mean_s * mean_s, 0.0)
+def _itl_stats_from_sums_ms(done: Sequence[Request], lat: _Latencies,
+                            pcts: tuple[float, ...]) -> dict:
+    """Pooled mean and population std from the per-request sums; quantiles unknown (None).
+    The sums are Python's ``sum`` over the requests in order, from arrays or not."""
+    n = int(lat.num_gaps.sum())
+    if lat.times:
+        t = lat.times
+        itl_sums_s = (t["last_token_s"] - t["first_token_s"]).tolist()   # Request.itl_sum_s
+        sq_sums_s2 = t["itl_sq_sum_s2"].tolist()
+    else:
+        itl_sums_s = [r.itl_sum_s for r in done]
+        sq_sums_s2 = [r.itl_sq_sum_s2 for r in done]
+    mean_s = sum(itl_sums_s) / n
+    var_s2 = max(sum(sq_sums_s2) / n - mean_s * mean_s, 0.0)
     stats = {"mean_itl_ms": mean_s * 1000, "median_itl_ms": None,
              "std_itl_ms": math.sqrt(var_s2) * 1000}
     stats.update({percentile_key("itl", p): None for p in pcts})
@@ -194,7 +222,7 @@ def _peak_output_tokens_per_s(done: Sequence[Request], lat: _Latencies) -> float
     """Most tokens in one 1-s bucket from the first start, as vLLM counts (needs the gaps)."""
     if not done:
         return 0.0
-    if any(r.itl_gaps_s is None for r in done if _num_gaps(r) > 0):
+    if any(r.itl_gaps_s is None for r in _requests_with_gaps(done, lat)):
         return None
     t0_s = float(lat.arrival_s.min())
     num_buckets = max(int(np.ceil(float((lat.arrival_s + lat.e2el_s).max()) - t0_s)) + 1, 1)
@@ -221,18 +249,20 @@ def _peak_concurrency(lat: _Latencies) -> int:
 def _client_queue_stats_ms(done: Sequence[Request], lat: _Latencies, pcts: tuple[float, ...],
                            with_e2el: bool) -> dict:
     """vLLM's extra blocks under ``--max-concurrency``: time held by the client's semaphore."""
-    queue_s = np.fromiter((getattr(r, "client_queue_s", 0.0) for r in done), np.float64, len(done))
+    queue_s = lat.times["client_queue_s"] if lat.times else \
+        np.fromiter((getattr(r, "client_queue_s", 0.0) for r in done), np.float64, len(done))
     stats = _stats_ms("client_queue_time", queue_s, pcts)
     if with_e2el:
         stats.update(_stats_ms("e2el_including_client_queue", lat.e2el_s + queue_s, pcts))
     return stats
 
 
-def _servesim_fields(requests: Sequence[Request], done: Sequence[Request],
+def _servesim_fields(requests: Sequence[Request], done: Sequence[Request], lat: _Latencies,
                      step_log: StepLog | None) -> dict:
+    max_itls_s = lat.times["max_itl_s"].tolist() if lat.times else [r.max_itl_s for r in done]
     fields = {"num_unfinished": len(requests) - len(done),
-              "num_preemptions": int(sum(r.num_preemptions for r in requests)),
-              "max_itl_ms": max((r.max_itl_s for r in done), default=0.0) * 1000}
+              "num_preemptions": int(sum(map(attrgetter("num_preemptions"), requests))),
+              "max_itl_ms": max(max_itls_s, default=0.0) * 1000}
     fields.update(_step_fields(step_log))
     return fields
 
