@@ -18,10 +18,12 @@ import shutil
 import tempfile
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence, TextIO
+from typing import Any, Callable, Iterable, Sequence, TextIO
 
 import numpy as np
 
+from simulator.csv_format import BlankableColumn, csv_chunks, csv_text  # noqa: F401 (csv_text: re-exported)
+from simulator.metrics.request_arrays import float_arrays, int_arrays
 from simulator.metrics.step_log import STEP_COLUMNS, StepLog
 from simulator.metrics.summary import latencies_s
 from simulator.request import Request
@@ -82,42 +84,31 @@ def summary_json(summary: dict) -> str:
 
 def request_rows(requests: Iterable[Request]) -> list[list]:
     """One ``REQUEST_COLUMNS`` row per request, by request id; unknown values are None."""
-    return [list(row) for row in zip(*request_columns(requests))]
+    columns = [c.tolist() if hasattr(c, "tolist") else list(c) for c in request_columns(requests)]
+    return [list(row) for row in zip(*columns)]
 
 
-def request_columns(requests: Iterable[Request]) -> list[list]:
-    """The ``REQUEST_COLUMNS``, each a list over the requests by id; unknown values are None."""
-    ordered = sorted(requests, key=attrgetter("request_id"))
-    latencies = [latencies_s(r) or (None, None, None) for r in ordered]
-    ttft_s, tpot_s, e2el_s = (list(c) for c in zip(*latencies)) if ordered else ([], [], [])
-    queue_s = [getattr(r, "client_queue_s", 0.0) for r in ordered]
-    attributes = [list(map(attrgetter(name), ordered)) for name in _REQUEST_ATTRIBUTES]
-    return [*attributes, *(_ms(c) for c in (ttft_s, tpot_s, e2el_s, queue_s))]
-
-
-def csv_text(header: Sequence[str], columns: Sequence[Sequence]) -> str:
-    """A numeric CSV table, byte for byte what ``csv.writer`` writes from the same values: an int
-    by ``str``, a float by ``repr`` (shortest round trip), None as an empty cell, LF line ends."""
-    return "".join(csv_chunks(header, columns))
-
-
-def csv_chunks(header: Sequence[str], columns: Sequence[Sequence],
-               chunk_rows: int = 65536) -> Iterator[str]:
-    """``csv_text`` in pieces of ``chunk_rows`` rows, so memory stays bounded on long runs.
-
-    Built column-wise, each distinct value formatted once per piece: a run repeats few batch
-    shapes, queue lengths and KV usages, and each step starts where the previous one ended, so
-    this is several times faster than formatting the cells of a 100k-row table one by one."""
-    yield ",".join(header) + "\n"
-    num_rows = len(columns[0]) if columns else 0
-    for start in range(0, num_rows, chunk_rows):
-        piece = [c[start:start + chunk_rows] for c in columns]
-        cells = _format_cells([_column_parts(c) for c in piece], [len(c) for c in piece])
-        yield "\n".join(map(",".join, zip(*cells))) + "\n"
+def request_columns(requests: Iterable[Request]) -> list[Sequence]:
+    """The ``REQUEST_COLUMNS`` over the requests by id, each a numpy array, a ``BlankableColumn``
+    or a list whose unknown values are None (what ``csv_text`` takes)."""
+    requests = list(requests)
+    columns = _read_exact(requests)
+    if columns is None:   # unknown times, or ints among them: cell by cell, as latencies_s does
+        return _request_columns_by_cell(sorted(requests, key=attrgetter("request_id")))
+    ids = columns["request_id"]
+    if np.any(ids[1:] < ids[:-1]):
+        order = np.argsort(ids, kind="stable")   # the order sorted() gives
+        columns = {name: values[order] for name, values in columns.items()}
+    return [*(columns[name] for name in _REQUEST_ATTRIBUTES), *_latency_columns_ms(columns),
+            columns["client_queue_s"] * 1000]
 
 
 # -- internals -----------------------------------------------------------------------------------
 _REQUEST_ATTRIBUTES = REQUEST_COLUMNS[:9]     # read straight off each Request
+_COUNT_ATTRIBUTES = ("request_id", "num_prompt_tokens", "num_output_tokens", "num_preemptions",
+                     "num_cached_tokens")
+_TIME_ATTRIBUTES = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "last_token_s",
+                    "client_queue_s")
 
 
 def _write_requests_csv(f: TextIO, requests: Sequence[Request]) -> None:
@@ -129,72 +120,34 @@ def _write_steps_csv(f: TextIO, step_log: StepLog) -> None:
     f.writelines(csv_chunks(STEP_COLUMNS, [columns[name] for name in STEP_COLUMNS]))
 
 
-# A column part: "f" (floats) or "i" (ints), their values, and their rows (None: every row).
-_Part = tuple[str, np.ndarray, "np.ndarray | None"]
+def _read_exact(requests: list[Request]) -> dict[str, np.ndarray] | None:
+    """Every count as int64 and every time as float64, or None when some time is None or an int
+    (an array would change its text) or some count is not an int."""
+    counts = int_arrays(requests, _COUNT_ATTRIBUTES)
+    times = counts and float_arrays(requests, _TIME_ATTRIBUTES)
+    return times and {**counts, **times}
 
 
-def _column_parts(values: Sequence) -> list[_Part]:
-    """The cells of a column split by type: a cell keeps its own type's text, as in csv.writer
-    (SimPy's clock starts at the int 0, so a time column can hold both 0 and 0.5)."""
-    if isinstance(values, np.ndarray) and values.dtype.kind in "iuf":
-        return [("f" if values.dtype.kind == "f" else "i", values, None)]
-    types = list(map(type, values))
-    kind_of = {t: _cell_kind(t) for t in set(types)}
-    kinds = set(kind_of.values())
-    cells = np.array(values, dtype=object)
-    if len(kinds) == 1:   # the usual case: one type down the whole column
-        kind = kinds.pop()
-        return [(kind, cells.astype(_DTYPES[kind]), None)] if kind else []
-    row_kinds = np.array([kind_of[t] for t in types])
-    return [(kind, cells[rows].astype(_DTYPES[kind]), rows) for kind in sorted(kinds - {""})
-            for rows in [np.flatnonzero(row_kinds == kind)]]
+def _latency_columns_ms(columns: dict[str, np.ndarray]) -> list[Sequence]:
+    """TTFT, TPOT and E2EL in ms of finished requests with float token times, as ``latencies_s``
+    computes them: the same float operations in numpy give the same bits."""
+    arrival, first, last, out = (columns[name] for name in
+                                 ("arrival_s", "first_token_s", "last_token_s", "num_output_tokens"))
+    ttft_s, e2el_s = first - arrival, last - arrival
+    with np.errstate(divide="ignore", invalid="ignore"):   # out <= 1: no TPOT, a blank cell
+        tpot_s = (e2el_s - ttft_s) / (out - 1)
+    return [ttft_s * 1000, BlankableColumn(tpot_s * 1000, out > 1), e2el_s * 1000]
 
 
-_DTYPES = {"f": np.float64, "i": np.int64}
+def _request_columns_by_cell(ordered: list[Request]) -> list[list]:
+    latencies = [latencies_s(r) or (None, None, None) for r in ordered]
+    ttft_s, tpot_s, e2el_s = (list(c) for c in zip(*latencies)) if ordered else ([], [], [])
+    queue_s = [getattr(r, "client_queue_s", 0.0) for r in ordered]
+    attributes = [list(map(attrgetter(name), ordered)) for name in _REQUEST_ATTRIBUTES]
+    return [*attributes, *(_ms(c) for c in (ttft_s, tpot_s, e2el_s, queue_s))]
 
 
-def _cell_kind(cell_type: type) -> str:
-    if issubclass(cell_type, (float, np.floating)):
-        return "f"
-    if issubclass(cell_type, (int, np.integer)) and not issubclass(cell_type, bool):
-        return "i"
-    if cell_type is type(None):
-        return ""
-    raise TypeError(f"csv_text: a {cell_type.__name__} cell in a numeric table")
-
-
-def _format_cells(columns: list[list[_Part]], lengths: list[int]) -> list[list[str]]:
-    """Every column's cells as text; each distinct value of a kind is formatted once for all
-    columns. Floats are told apart by their bits, so -0.0 and 0.0 keep their own ``repr``."""
-    texts = [None if len(parts) == 1 and parts[0][2] is None else np.full(n, "", dtype=object)
-             for parts, n in zip(columns, lengths)]    # a missing cell stays ""
-    for kind, fmt in (("f", repr), ("i", str)):
-        parts = [(c, part) for c, column in enumerate(columns) for part in column if part[0] == kind]
-        if not parts:
-            continue
-        keys = np.concatenate([values.astype(_DTYPES[kind]).view(np.int64) for _, (_, values, _) in parts])
-        distinct, inverse = _distinct(keys, dense=kind == "i")
-        table = np.array([*map(fmt, distinct.view(_DTYPES[kind]).tolist())], dtype=object)
-        offsets = np.cumsum([0] + [len(values) for _, (_, values, _) in parts])
-        for (c, (_, _, rows)), start, end in zip(parts, offsets[:-1], offsets[1:]):
-            if rows is None:
-                texts[c] = table[inverse[start:end]]
-            else:
-                texts[c][rows] = table[inverse[start:end]]
-    return [t.tolist() for t in texts]
-
-
-def _distinct(keys: np.ndarray, dense: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(distinct keys, index of each key in them). Counts span a short range: index them
-    directly (no sort) when the range is no longer than the data."""
-    if dense and len(keys):
-        low, high = int(keys.min()), int(keys.max())
-        if high - low <= max(len(keys), 1024):
-            return np.arange(low, high + 1, dtype=np.int64), keys - low
-    return np.unique(keys, return_inverse=True)
-
-
-def _ms(values_s: list[float | None]) -> list[float | None]:
+def _ms(values_s: Iterable[float | None]) -> list[float | None]:
     return [None if v is None else v * 1000 for v in values_s]
 
 

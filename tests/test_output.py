@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import math
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -177,3 +178,42 @@ def test_csv_in_pieces_is_the_same_text():
     assert whole == csv_writer_text(["t", "n"], zip(times, counts.tolist()))
     for rows in (1, 2, 3, 7, 8):
         assert "".join(output.csv_chunks(["t", "n"], [times, counts], chunk_rows=rows)) == whole
+
+
+def standard_run(overrides=()):
+    """300 Poisson requests on bench/standard.yaml (vllm_v1): float times throughout."""
+    from simulator.runner import prepare, simulate
+    from simulator.scenario import load_scenario
+    scenario = load_scenario(Path(__file__).parents[1] / "bench" / "standard.yaml",
+                             ["workload.num_requests=300", *overrides])
+    prepared = prepare(scenario, ["vllm_v1"])
+    return simulate(prepared, prepared.runs[0])
+
+
+def test_requests_read_into_arrays_give_the_cell_by_cell_text():
+    """All-float times go through numpy arrays (latencies in numpy, TPOT blanks masked): the
+    bytes must be those of reading request by request with latencies_s, as the csv module
+    writes them, whatever order the requests come in."""
+    requests = standard_run().result.requests
+    one_token = Request(len(requests), 1.5, 8, 1)             # no TPOT: a blank cell
+    one_token.record_token(2.25)
+    one_token.status, one_token.finish_s, one_token.scheduled_s = RequestStatus.FINISHED, 2.25, 1.5
+    shuffled = [one_token, *requests[::-1]]
+    columns = output.request_columns(shuffled)
+    assert isinstance(columns[REQUEST_COLUMNS.index("arrival_s")], np.ndarray)   # the array path
+    by_cell = output._request_columns_by_cell(sorted(shuffled, key=attrgetter("request_id")))
+    text = output.csv_text(REQUEST_COLUMNS, columns)
+    assert text == output.csv_text(REQUEST_COLUMNS, by_cell)
+    assert text == csv_writer_text(REQUEST_COLUMNS, zip(*by_cell))
+    assert ",," in text.splitlines()[-1]                        # the one-token row's TPOT
+
+
+def test_blankable_column_is_the_column_with_nones():
+    values = np.array([0.5, 7.0, -0.0, 1e-7])
+    present = np.array([True, False, True, True])
+    with_nones = [0.5, None, -0.0, 1e-7]
+    blankable = output.BlankableColumn(values, present)
+    assert blankable.tolist() == with_nones
+    for rows in (1, 3, 4):
+        assert "".join(output.csv_chunks(["x", "n"], [blankable, np.arange(4)], chunk_rows=rows)) \
+            == csv_writer_text(["x", "n"], zip(with_nones, range(4)))
