@@ -112,8 +112,9 @@ class DecodeCohort:
         else:
             insort(self._later, (next_block, key, request))
 
-    def materialise(self, request: Request) -> None:
-        """Bring a member's fields up to date and take it out of the cohort."""
+    def materialise(self, request: Request, finishing: bool = False) -> None:
+        """Bring a member's fields up to date and take it out of the cohort (``finishing``: it
+        emitted its last token and is about to free its blocks)."""
         g0, computed, outputs, last_token_s, key, base, _, first_block = self._joined.pop(request)
         if self._counted:
             self._credit_blocks(request, key, first_block)
@@ -142,9 +143,11 @@ class DecodeCohort:
             request.itl_gaps_s.append(first_gap)
             request.itl_gaps_s.extend(self.gaps[j0 + 1:j + 1])
         request.last_token_s = self.ends[j]
-        # A prefix cache hashes blocks as they fill: generated tokens are not shareable, so
-        # only its count of full blocks moves, brought up to date here.
-        self.kv.allocate_up_to(request, computed + k)
+        if not finishing:
+            # A prefix cache hashes blocks as they fill: generated tokens are not shareable, so
+            # only its count of full blocks moves (which a preemption reads), brought up to date
+            # here; a finishing request's count is dropped with its blocks.
+            self.kv.allocate_up_to(request, computed + k)
 
     def dissolve(self) -> None:
         """Materialise every member (the scheduler goes back to per-request steps)."""
@@ -308,7 +311,7 @@ class DecodeCohort:
         finished = [item[2] for item in finishes[:end]]
         del finishes[:end]
         for request in finished:
-            self.materialise(request)
+            self.materialise(request, finishing=True)
         return finished
 
     def _drop_old_steps(self) -> None:
