@@ -101,13 +101,9 @@ def _piece_text(columns: list[list[_Part]], num_rows: int) -> str:
     used[last] = True
     used_codes = np.flatnonzero(used)
     codes[:, -1] = len(texts) + (np.cumsum(used) - 1)[last]
-    cells = np.array([*map(str.__add__, texts, _repeat(",", len(texts))),
+    cells = np.array([*map(str.__add__, texts, [","] * len(texts)),
                       *(texts[j] + "\n" for j in used_codes.tolist())], dtype=object)
     return "".join(cells.take(codes.ravel()).tolist())
-
-
-def _repeat(text: str, n: int) -> list[str]:
-    return [text] * n
 
 
 def _cell_codes(columns: list[list[_Part]], num_rows: int) -> tuple[list[str], np.ndarray]:
