@@ -142,13 +142,12 @@ class Simulation:
                 self._on_finished(finished, env.now)
             if self.on_step is not None:
                 self.on_step(replica, batch, shape)
-            if fast_forward:
+            if fast_forward and self.next_arrival_s > env.now:   # else a request arrives first
                 yield from self._decode_run(scheduler, watchdog)
 
     def _decode_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog):
-        """Advance the coming decode steps in one event, when that is exact."""
-        if self.next_arrival_s <= self.env.now:
-            return  # a request arrives before the next step: no run to advance (cheap check first)
+        """Advance the coming decode steps in one event, when that is exact (the caller has
+        checked that no request arrives before the next step)."""
         state = scheduler.decode_run_state()
         if state is None:
             return
