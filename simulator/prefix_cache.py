@@ -64,6 +64,8 @@ class PrefixCachingKVCache(KVCache):
     # -- lookup at admission (rule 2.4) ---------------------------------------------------------
     def lookup_prefix(self, request: Request) -> int:
         """Tokens of the longest cached prefix; at least the last token is always recomputed."""
+        if self._counting and request.prompt_token_ids is None:
+            return 0   # synthetic prompts: nothing can be cached under a hash or a key yet
         if self._counting:
             if not self._num_shareable(request):
                 return 0   # nothing is cached under a hash or a key yet
@@ -83,7 +85,9 @@ class PrefixCachingKVCache(KVCache):
 
     def blocks_to_admit(self, request: Request, total_tokens: int, num_hit_tokens: int) -> int:
         """Free blocks an admission uses: new blocks plus cached hits that sit in the free queue."""
-        hits = self._hits.get(request, []) if num_hit_tokens else []
+        if not num_hit_tokens:
+            return self.blocks_for(total_tokens)
+        hits = self._hits.get(request, [])
         idle_hits = sum(1 for b in hits if self._ref[b] == 0)
         return max(0, self.blocks_for(total_tokens) - len(hits)) + idle_hits
 

@@ -227,8 +227,9 @@ class Scheduler:
         step's requests that now decodes."""
         cohort, running = self.cohort, self.running
         if self.cohort_leads_running:
-            while len(running) > len(cohort) and _decodes_next(running[len(cohort)]):
-                cohort.join(running[len(cohort)])
+            members = cohort.members
+            while len(running) > len(members) and _decodes_next(running[len(members)]):
+                cohort.join(running[len(members)])
             return
         for r in batch.requests:
             if r.status is RequestStatus.RUNNING and r not in cohort and _decodes_next(r):

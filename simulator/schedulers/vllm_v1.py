@@ -64,14 +64,15 @@ class VllmV1Scheduler(Scheduler):
         batch = Batch()
         budget, first = self.options.max_num_batched_tokens, 0
         cohort = self.cohort
-        if cohort is not None and len(cohort):
+        num_members = len(cohort.members) if cohort is not None else 0
+        if num_members:
             # The members lead the running order and each takes one token: all of them fit
             # the budget and their new blocks are free, or the step goes request by request
             # (a shortage preempts from the tail, which a member may be).
-            if len(cohort) <= budget and cohort.begin_step():
+            if num_members <= budget and cohort.begin_step():
                 batch.cohort_rows = cohort.decode_rows()
-                budget -= len(cohort)
-                first = len(cohort)
+                budget -= num_members
+                first = num_members
             else:
                 cohort.dissolve()
         budget = self._schedule_running(batch, budget, first)
