@@ -69,13 +69,17 @@ class SarathiScheduler(Scheduler):
         for request in others:           # cohort members are decoders: never a prefill
             if budget <= 0:
                 break
-            if request.is_prefill and request not in batch:
-                n = min(request.num_remaining_tokens, budget)
+            # Request.is_prefill and num_remaining_tokens, inlined (every step passes here)
+            remaining = request.num_prompt_tokens + request.num_output_tokens - request.num_computed_tokens
+            if (remaining > 1 or request.num_output_tokens == 0) and request not in batch:
+                n = min(remaining, budget)
                 self.schedule_tokens(batch, request, n)  # blocks were allocated at admission
                 budget -= n
         return budget
 
     def _schedule_new(self, batch: Batch, budget: int, now_s: float) -> None:
+        if not self.waiting:
+            return
         headroom = int(self.options.watermark * self.kv.num_total_blocks)
         while self.waiting and budget > 0 and len(self.running) < self.options.max_num_seqs:
             request = self.waiting[0]
