@@ -26,6 +26,7 @@ from simulator.csv_format import BlankableColumn, csv_chunks, csv_text  # noqa: 
 from simulator.metrics.request_arrays import float_arrays, int_arrays
 from simulator.metrics.step_log import STEP_COLUMNS, StepLog
 from simulator.metrics.summary import latencies_s
+from simulator.parallel_write import abandon, start_writing
 from simulator.request import Request
 
 REQUEST_COLUMNS: tuple[str, ...] = (
@@ -47,14 +48,22 @@ def write_results(result_dir: str | os.PathLike, requests: Sequence[Request],
         raise ValueError(f"result_dir: {str(target)!r} exists and is not a folder")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=target.parent))
+    finish_steps = None
     try:
         os.chmod(staging, 0o777 & ~_UMASK)
+        # steps.csv (often the longest) may be formatted by a second process meanwhile.
+        finish_steps = start_writing(
+            lambda: atomic_write(staging / STEPS_CSV, lambda f: _write_steps_csv(f, step_log)),
+            len(step_log))
         atomic_write(staging / REQUESTS_CSV, lambda f: _write_requests_csv(f, requests))
-        atomic_write(staging / STEPS_CSV, lambda f: _write_steps_csv(f, step_log))
         atomic_write(staging / SUMMARY_JSON, lambda f: f.write(summary_json(summary)))
+        finish_steps, finish = None, finish_steps
+        finish()
         _fsync_dir(staging)
         _swap_into_place(staging, target)
     except BaseException:
+        if finish_steps is not None:
+            abandon(finish_steps)
         shutil.rmtree(staging, ignore_errors=True)
         raise
     _fsync_dir(target.parent)

@@ -217,3 +217,51 @@ def test_blankable_column_is_the_column_with_nones():
     for rows in (1, 3, 4):
         assert "".join(output.csv_chunks(["x", "n"], [blankable, np.arange(4)], chunk_rows=rows)) \
             == csv_writer_text(["x", "n"], zip(with_nones, range(4)))
+
+
+@pytest.fixture(params=["in this process", "in a forked writer"])
+def steps_writer(request, monkeypatch):
+    """Run a test with steps.csv written by the parent, then by a forked child (Linux only)."""
+    from simulator import parallel_write
+    forks = []
+    if request.param == "in a forked writer":
+        if not parallel_write.sys.platform == "linux":
+            pytest.skip("the forked writer runs on Linux only")
+        monkeypatch.setattr(parallel_write, "MIN_PARALLEL_ROWS", 0)
+        monkeypatch.setattr(parallel_write.os, "cpu_count", lambda: 2)
+        monkeypatch.setattr(parallel_write.threading, "active_count", lambda: 1)   # xdist's own thread
+        fork = parallel_write.os.fork
+        monkeypatch.setattr(parallel_write.os, "fork", lambda: forks.append(1) or fork())
+    yield request.param
+    assert bool(forks) == (request.param == "in a forked writer")   # the mode really was used
+
+
+def test_forked_steps_writer_gives_the_same_bytes(tmp_path, steps_writer, monkeypatch):
+    from simulator import parallel_write
+    forked = write_results(tmp_path / "forked", *make_run())
+    monkeypatch.setattr(parallel_write, "MIN_PARALLEL_ROWS", 10**12)
+    in_process = write_results(tmp_path / "in_process", *make_run())
+    for name in ("requests.csv", "steps.csv", "summary.json"):
+        assert (forked / name).read_bytes() == (in_process / name).read_bytes(), name
+
+
+def test_a_failing_steps_writer_raises_its_own_error_and_leaves_nothing(tmp_path, steps_writer,
+                                                                         monkeypatch):
+    target = write_results(tmp_path / "run", *make_run())
+    before = {p.name: p.read_bytes() for p in target.iterdir()}
+    monkeypatch.setattr(output, "_write_steps_csv", lambda f, log: f.write(1 / 0))
+    with pytest.raises(ZeroDivisionError):          # the child's exception, type and all
+        write_results(target, *make_run())
+    assert {p.name: p.read_bytes() for p in target.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+def test_a_failure_in_the_parent_waits_for_the_steps_writer(tmp_path, steps_writer, monkeypatch):
+    # requests.csv fails while steps.csv may still be written by the child: the child is waited
+    # for before the staging folder is removed, so nothing is left behind.
+    def explode(*args, **kwargs):
+        raise OSError("disk full")
+    monkeypatch.setattr(output, "_write_requests_csv", explode)
+    with pytest.raises(OSError, match="disk full"):
+        write_results(tmp_path / "results" / "run", *make_run())
+    assert list((tmp_path / "results").iterdir()) == []
