@@ -131,23 +131,24 @@ class Simulation:
             start_s = env.now
             shape = batch.shape()
             yield env.timeout(cost.step_time_s(shape))
-            finished = scheduler.on_step_end(batch, env.now)
+            end_s = env.now
+            finished = scheduler.on_step_end(batch, end_s)
             tokens, _, num_decodes, _, _, num_prefills, num_sampled, num_seqs = shape.work_counts
-            self.step_log.append(start_s, env.now, num_seqs, num_prefills, num_decodes, tokens,
+            self.step_log.append(start_s, end_s, num_seqs, num_prefills, num_decodes, tokens,
                                  tokens - num_decodes,
                                  len(scheduler.running), len(scheduler.waiting), scheduler.kv.usage,
                                  batch.num_preempted)
             watchdog.observe(num_sampled, batch.num_preempted, scheduler)
             if finished:
-                self._on_finished(finished, env.now)
+                self._on_finished(finished, end_s)
             if self.on_step is not None:
                 self.on_step(replica, batch, shape)
-            if fast_forward and self.next_arrival_s > env.now:   # else a request arrives first
-                yield from self._decode_run(scheduler, watchdog)
+            if fast_forward and self.next_arrival_s > end_s:   # else a request arrives first
+                yield from self._decode_run(scheduler, watchdog, end_s)
 
-    def _decode_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog):
-        """Advance the coming decode steps in one event, when that is exact (the caller has
-        checked that no request arrives before the next step)."""
+    def _decode_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog, start_s: float):
+        """Advance the coming decode steps from ``start_s`` (now) in one event, when that is
+        exact (the caller has checked that no request arrives before the next step)."""
         state = scheduler.decode_run_state()
         if state is None:
             return
@@ -155,7 +156,6 @@ class Simulation:
         # closed-loop client is waiting for a free slot to send.
         through = (scheduler.decode_runs_through_finishes and not scheduler.finish_can_admit()
                    and self.max_concurrency is None)
-        start_s = self.env.now
         if state is scheduler.cohort:
             run = state.plan_run(self.cost_model, start_s, self.next_arrival_s, through)
             run = run and DecodeRun(*run)
