@@ -80,12 +80,21 @@ class DecodeCohort:
     def __contains__(self, request: Request) -> bool:
         return request in self._joined
 
-    def outside(self, requests: list[Request]) -> list[Request]:
-        """The requests that are not members, in their order (every step of some policies)."""
-        if len(self.members) == len(requests):   # the requests are the running ones: all members
+    def outside(self, running: list[Request]) -> list[Request]:
+        """The running requests that are not members, in running order (every step of some
+        policies). Every member is running, so len(running) - len(members) are not; they are
+        looked for from the tail, where a policy that keeps arrival order puts its newest."""
+        missing = len(running) - len(self.members)
+        if missing <= 0:
             return []
-        joined = self._joined
-        return [r for r in requests if r not in joined]
+        joined, found = self._joined, []
+        for request in reversed(running):
+            if request not in joined:
+                found.append(request)
+                if len(found) == missing:
+                    break
+        found.reverse()
+        return found
 
     # -- membership ---------------------------------------------------------------------------
     def join(self, request: Request) -> None:
@@ -368,6 +377,8 @@ class DecodeCohort:
         """How many of the coming m steps fit the free blocks (new blocks in step order, each
         member's up to its last step)."""
         g, bs, free = self.num_steps, self.kv.block_size, self.kv.num_free_blocks
+        if len(self.members) * -(-m // bs) <= free:
+            return m   # each member takes at most one block per block_size steps
         if self._counted:
             return self._counted_steps_with_free_blocks(m)
         due = self._block_due
@@ -386,8 +397,6 @@ class DecodeCohort:
         """_steps_with_free_blocks from the per-phase counts: step by step, members leave the
         counts after their last step and late first blocks join them when due."""
         g, bs, free = self.num_steps, self.kv.block_size, self.kv.num_free_blocks
-        if m <= bs and len(self.members) <= free:
-            return m   # each member takes at most one block in m <= block_size steps
         due_at_phase, finishes, joined = list(self._due_at_phase), self._finishes, self._joined
         later = [(first, last) for first, key, request in self._later
                  if first <= (last := joined[request][6])]
