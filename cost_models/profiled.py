@@ -261,17 +261,15 @@ class TableCostModel:
         layers_s, q_s, whole_s, sampling_s = terms
         k, overhead_s = self.attention._k, self.step_overhead_s
         attn_s_per_pair, kv_s_per_token = k.attn_s_per_pair, k.kv_s_per_token
+        # An absent term is added as +0.0, which leaves a positive time unchanged to the bit.
+        whole_s, sampling_s = whole_s or 0.0, sampling_s or 0.0
         decode_pairs = context_sum + num_seqs
         ends = []
         for _ in range(num_steps):
             if now_s >= next_arrival_s:
                 break
             time_s = layers_s + max(attn_s_per_pair * decode_pairs, kv_s_per_token * decode_pairs + q_s) + overhead_s
-            if whole_s is not None:
-                time_s += whole_s
-            if sampling_s is not None:
-                time_s += sampling_s
-            now_s = now_s + float(time_s)
+            now_s = now_s + (time_s + whole_s + sampling_s)
             ends.append(now_s)
             decode_pairs += context_step
         return ends
@@ -286,8 +284,9 @@ class TableCostModel:
         (layers x per-layer time, the query term of the roofline attention, then whole-model
         and sampling times); each float is computed by the same operations as there."""
         per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
-        return (self.num_layers * per_layer, self.attention._k.q_s_per_token * num_seqs,
-                whole_s, sampling_s)
+        as_float = lambda value: None if value is None else float(value)   # numpy scalars: same bits, cheaper sums
+        return (float(self.num_layers * per_layer), self.attention._k.q_s_per_token * num_seqs,
+                as_float(whole_s), as_float(sampling_s))
 
     def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
                             longest: np.ndarray) -> np.ndarray | None:

@@ -106,16 +106,14 @@ class RooflineCostModel:
             terms = self._decode_terms[num_seqs] = self._decode_terms_of(num_seqs)
         linear_s, q_s, sampling_s, allreduce_s = terms
         attn_s_per_pair, kv_s_per_token, overhead_s = self._k.attn_s_per_pair, self._k.kv_s_per_token, self.step_overhead_s
+        allreduce_s = allreduce_s or 0.0   # absent: +0.0 leaves a positive time unchanged to the bit
         decode_pairs = context_sum + num_seqs
         ends = []
         for _ in range(num_steps):
             if now_s >= next_arrival_s:
                 break
             time_s = linear_s + max(attn_s_per_pair * decode_pairs, kv_s_per_token * decode_pairs + q_s)
-            time_s += sampling_s
-            if allreduce_s is not None:
-                time_s += allreduce_s
-            now_s = now_s + (time_s + overhead_s)
+            now_s = now_s + (time_s + sampling_s + allreduce_s + overhead_s)
             ends.append(now_s)
             decode_pairs += context_step
         return ends
