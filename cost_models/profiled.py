@@ -234,19 +234,11 @@ class TableCostModel:
                                         self._warned, longest + 1)
         if self._decode_terms is None:
             return self._time_s(decode_counts(num_seqs, context_sum), None, None, longest)
-        terms = self._decode_terms.get(num_seqs)
-        if terms is None:
-            terms = self._decode_terms[num_seqs] = self._roofline_decode_terms(num_seqs)
-        layers_s, q_s, whole_s, sampling_s = terms
+        layers_s, q_s, (whole_s, sampling_s) = self._roofline_decode_terms(num_seqs)
         k = self.attention._k
         decode_pairs = context_sum + num_seqs
-        time_s = layers_s + max(k.attn_s_per_pair * decode_pairs,
-                                k.kv_s_per_token * decode_pairs + q_s) + self.step_overhead_s
-        if whole_s is not None:
-            time_s += whole_s
-        if sampling_s is not None:
-            time_s += sampling_s
-        return float(time_s)
+        return (layers_s + max(k.attn_s_per_pair * decode_pairs, k.kv_s_per_token * decode_pairs + q_s)
+                + self.step_overhead_s + whole_s + sampling_s)
 
     def decode_step_ends(self, num_seqs: int, context_sum: int, context_step: int, longest: int,
                          now_s: float, num_steps: int, next_arrival_s: float) -> list[float] | None:
@@ -255,14 +247,9 @@ class TableCostModel:
         by one, which warns)."""
         if self._decode_terms is None or not (self._warned[0] or self._surely_fitted(num_seqs, longest + num_steps)):
             return None
-        terms = self._decode_terms.get(num_seqs)
-        if terms is None:
-            terms = self._decode_terms[num_seqs] = self._roofline_decode_terms(num_seqs)
-        layers_s, q_s, whole_s, sampling_s = terms
+        layers_s, q_s, (whole_s, sampling_s) = self._roofline_decode_terms(num_seqs)
         k, overhead_s = self.attention._k, self.step_overhead_s
         attn_s_per_pair, kv_s_per_token = k.attn_s_per_pair, k.kv_s_per_token
-        # An absent term is added as +0.0, which leaves a positive time unchanged to the bit.
-        whole_s, sampling_s = whole_s or 0.0, sampling_s or 0.0
         decode_pairs = context_sum + num_seqs
         ends = []
         for _ in range(num_steps):
@@ -280,13 +267,18 @@ class TableCostModel:
         return num_seqs <= fitted.max_tokens and num_seqs <= fitted.max_seqs and longest < fitted.max_context
 
     def _roofline_decode_terms(self, num_seqs: int) -> tuple:
-        """What a decode step of num_seqs rows adds besides its attention, as _time_s adds it
-        (layers x per-layer time, the query term of the roofline attention, then whole-model
-        and sampling times); each float is computed by the same operations as there."""
-        per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
-        as_float = lambda value: None if value is None else float(value)   # numpy scalars: same bits, cheaper sums
-        return (float(self.num_layers * per_layer), self.attention._k.q_s_per_token * num_seqs,
-                as_float(whole_s), as_float(sampling_s))
+        """What a decode step of num_seqs rows adds besides its attention, as _time_s adds it:
+        (layers x per-layer time, the query term of the roofline attention, (whole-model time,
+        sampling time)), each float computed by the same operations as there, cached by row
+        count. An absent term is 0.0: adding +0.0 leaves a positive time unchanged to the bit.
+        Python floats: numpy scalars hold the same bits but sum more slowly."""
+        terms = self._decode_terms.get(num_seqs)
+        if terms is None:
+            per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
+            terms = self._decode_terms[num_seqs] = (
+                float(self.num_layers * per_layer), self.attention._k.q_s_per_token * num_seqs,
+                (float(whole_s or 0.0), float(sampling_s or 0.0)))
+        return terms
 
     def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
                             longest: np.ndarray) -> np.ndarray | None:

@@ -83,17 +83,11 @@ class RooflineCostModel:
         """A step in which ``num_seqs`` sequences decode and sample one token each over
         ``context_sum`` tokens of KV in all: the multi-step advance prices whole decode runs
         with this, and step_time_s routes such steps here too, so both agree to the bit."""
-        terms = self._decode_terms.get(num_seqs)
-        if terms is None:
-            terms = self._decode_terms[num_seqs] = self._decode_terms_of(num_seqs)
-        linear_s, q_s, sampling_s, allreduce_s = terms
+        linear_s, q_s, sampling_s, allreduce_s = self._decode_terms_of(num_seqs)
         k = self._k
         decode_pairs = context_sum + num_seqs
         time_s = linear_s + max(k.attn_s_per_pair * decode_pairs, k.kv_s_per_token * decode_pairs + q_s)
-        time_s += sampling_s   # _sampling_and_rest_s, written out: every row samples
-        if allreduce_s is not None:
-            time_s += allreduce_s
-        return time_s + self.step_overhead_s
+        return time_s + sampling_s + allreduce_s + self.step_overhead_s   # _sampling_and_rest_s's order
 
     def decode_step_ends(self, num_seqs: int, context_sum: int, context_step: int, longest: int,
                          now_s: float, num_steps: int, next_arrival_s: float) -> list[float]:
@@ -101,12 +95,8 @@ class RooflineCostModel:
         decode_step_time_s(num_seqs, context_sum + i * context_step), written out in a loop, its
         time added to the clock in turn as SimPy does; none starts at or after next_arrival_s.
         The hot loop of a multi-step advance (decode_pricing.DecodeSegment)."""
-        terms = self._decode_terms.get(num_seqs)
-        if terms is None:
-            terms = self._decode_terms[num_seqs] = self._decode_terms_of(num_seqs)
-        linear_s, q_s, sampling_s, allreduce_s = terms
+        linear_s, q_s, sampling_s, allreduce_s = self._decode_terms_of(num_seqs)
         attn_s_per_pair, kv_s_per_token, overhead_s = self._k.attn_s_per_pair, self._k.kv_s_per_token, self.step_overhead_s
-        allreduce_s = allreduce_s or 0.0   # absent: +0.0 leaves a positive time unchanged to the bit
         decode_pairs = context_sum + num_seqs
         ends = []
         for _ in range(num_steps):
@@ -120,12 +110,17 @@ class RooflineCostModel:
 
     def _decode_terms_of(self, num_seqs: int) -> tuple:
         """The parts of decode_step_time_s that depend on the row count only, each computed by
-        the operations step_time_s uses (so the sum, taken in the same order, is the same float)."""
-        k = self._k
-        sampling_s = max(k.lm_head_s_per_row * num_seqs, k.lm_head_weight_s + k.logit_s_per_row * num_seqs)
-        allreduce_s = (k.allreduces * (k.allreduce_s_per_token * num_seqs + self.allreduce_latency_s)
-                       if k.allreduces else None)
-        return self._linear_s(num_seqs), k.q_s_per_token * num_seqs, sampling_s, allreduce_s
+        the operations step_time_s uses (so the sum, taken in the same order, is the same float),
+        cached by row count. No all-reduce is 0.0: adding +0.0 leaves a positive time unchanged."""
+        terms = self._decode_terms.get(num_seqs)
+        if terms is None:
+            k = self._k
+            sampling_s = max(k.lm_head_s_per_row * num_seqs, k.lm_head_weight_s + k.logit_s_per_row * num_seqs)
+            allreduce_s = (k.allreduces * (k.allreduce_s_per_token * num_seqs + self.allreduce_latency_s)
+                           if k.allreduces else 0.0)
+            terms = self._decode_terms[num_seqs] = (
+                self._linear_s(num_seqs), k.q_s_per_token * num_seqs, sampling_s, allreduce_s)
+        return terms
 
     def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
                             longest: np.ndarray) -> np.ndarray:

@@ -184,7 +184,7 @@ class DecodeCohort:
             return
         bs, taken_through = self.kv.block_size, self._taken_through
         for request in self.members:
-            key, first_block = (value := self._joined[request])[4], value[7]
+            *_, key, _, _, first_block = self._joined[request]
             next_block = first_block
             if first_block <= taken_through:
                 taken = (taken_through - first_block) // bs + 1

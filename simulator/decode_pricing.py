@@ -11,12 +11,11 @@ import numpy as np
 
 from cost_models.batch_shape import BatchShape
 
-# Segments longer than this are priced as one numpy expression. Chosen with callgrind on the 1k
-# peer run (vllm_v0, PYTHONHASHSEED=0): 1.98-2.00G instructions at 8 against 2.02-2.03G never
-# vectorising (32 and 128, without a fixed hash seed: 2.02G).
-_VECTOR_STEPS = 8
-# A model's own loop over a segment's steps (decode_step_ends) costs well under a microsecond a
-# step; numpy's fixed cost per segment is worth it only for segments longer than this.
+# Segments longer than this are priced as one numpy expression (decode_step_times_s), shorter
+# ones by the model's own loop (decode_step_ends). Callgrind on the 2k-request peer runs could
+# not tell 24, 64, 256 and never vectorising apart (within 1.5%): numpy's fixed cost per call is
+# repaid only by long segments (static batches, closed loops), hence a threshold well above the
+# peer's ~16-step runs.
 _LOOP_STEPS = 64
 
 
@@ -34,35 +33,43 @@ class DecodeSegment:
              next_arrival_s: float) -> list[float]:
         """End times of steps first..stop-1, stopping before one that starts at or after the
         next arrival. Clock additions are sequential, as SimPy's."""
+        if stop - first > _LOOP_STEPS and getattr(cost_model, "decode_step_times_s", None):
+            ends = self._vector_ends(cost_model, context, last_step, now_s, first, stop, next_arrival_s)
+            if ends is not None:
+                return ends
         loop = getattr(cost_model, "decode_step_ends", None)
-        if loop is not None and stop - first <= _LOOP_STEPS:
+        if loop is not None:
             rows, pad, longest = self.rows + self.pad, self.pad, self.longest + first
             ends = loop(rows, self.context_sum + first * self.rows + pad * longest, rows, longest,
                         now_s, stop - first, next_arrival_s)
             if ends is not None:
                 return ends
-        price = self._pricer(cost_model, context, last_step)
-        many = getattr(cost_model, "decode_step_times_s", None)
-        if many is not None and stop - first > _VECTOR_STEPS:
-            first_s = price(first)
-            if math.isfinite(next_arrival_s) and first_s > 0:   # steps only get longer: this many at most
-                stop = min(stop, first + int((next_arrival_s - now_s) / first_s) + 2)
-            if stop - first > _VECTOR_STEPS:
-                steps = np.arange(first, stop)
-                longest = self.longest + steps
-                times = many(self.rows + self.pad,
-                             self.context_sum + steps * self.rows + self.pad * longest, longest)
-                if times is not None:
-                    clock = np.add.accumulate(np.concatenate(([now_s], times)))
-                    keep = int(np.searchsorted(clock[:-1], next_arrival_s, side="left"))
-                    return clock[1:keep + 1].tolist()
-        out = []
+        price, out = self._pricer(cost_model, context, last_step), []
         for i in range(first, stop):
             if now_s >= next_arrival_s:
                 break
             now_s = now_s + price(i)
             out.append(now_s)
         return out
+
+    def _vector_ends(self, cost_model, context, last_step, now_s: float, first: int, stop: int,
+                     next_arrival_s: float) -> list[float] | None:
+        """ends() as numpy expressions (None: the model cannot, or so few steps come before the
+        next arrival that a loop is cheaper)."""
+        first_s = self._pricer(cost_model, context, last_step)(first)
+        if math.isfinite(next_arrival_s) and first_s > 0:   # steps only get longer: this many at most
+            stop = min(stop, first + int((next_arrival_s - now_s) / first_s) + 2)
+        if stop - first <= _LOOP_STEPS:
+            return None
+        steps = np.arange(first, stop)
+        longest = self.longest + steps
+        times = cost_model.decode_step_times_s(
+            self.rows + self.pad, self.context_sum + steps * self.rows + self.pad * longest, longest)
+        if times is None:
+            return None
+        clock = np.add.accumulate(np.concatenate(([now_s], times)))
+        keep = int(np.searchsorted(clock[:-1], next_arrival_s, side="left"))
+        return clock[1:keep + 1].tolist()
 
     def _pricer(self, cost_model, context, last_step):
         """Step i's duration: the model's decode_step_time_s, resolved once per segment."""

@@ -234,55 +234,54 @@ def _shipped_cost_models():
     return models
 
 
+def _shipped_models_with(method: str):
+    """(name, the bound method) of every shipped cost model that has ``method``."""
+    return [(name, getattr(model, method)) for name, model in _shipped_cost_models()
+            if hasattr(model, method)]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # shapes past a profile's fitted range
 def test_many_decode_steps_are_priced_to_the_bit_like_one_at_a_time():
     # The multi-step advance prices a run's steps with decode_step_times_s; the single steps
     # use decode_step_time_s (via step_time_s): the floats must be the same.
     rng = np.random.default_rng(7)
     checked = 0
-    for name, model in _shipped_cost_models():
-        many = getattr(model, "decode_step_times_s", None)
-        if many is None:
-            continue
+    for name, many in _shipped_models_with("decode_step_times_s"):
+        one = many.__self__.decode_step_time_s
         for rows in (1, 3, 26, 97, 256):
             start = int(rng.integers(rows, rows * 900))
             steps = np.arange(50)
             longest = int(start // rows) + 5 + steps
             sums = start + steps * rows
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                vector = many(rows, sums, longest)
-                if vector is None:
-                    continue
-                scalar = [model.decode_step_time_s(rows, int(s), int(g)) for s, g in zip(sums, longest)]
-            assert vector.tolist() == scalar, name
+            vector = many(rows, sums, longest)
+            if vector is None:
+                continue
+            assert vector.tolist() == [one(rows, int(s), int(g)) for s, g in zip(sums, longest)], name
             checked += 1
     assert checked >= 10
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # shapes past a profile's fitted range
 def test_a_models_own_decode_loop_gives_the_clock_of_one_step_at_a_time():
     # DecodeSegment prices short segments with the model's decode_step_ends loop; the single
     # steps add decode_step_time_s to the clock one at a time: every end time must be the same
     # float, with padded rows (context grows by more than the row count) and an arrival cutoff.
     rng = np.random.default_rng(11)
     checked = 0
-    for name, model in _shipped_cost_models():
-        loop = getattr(model, "decode_step_ends", None)
-        if loop is None:
-            continue
+    for name, loop in _shipped_models_with("decode_step_ends"):
+        one = loop.__self__.decode_step_time_s
         for rows, pad in ((1, 0), (3, 0), (26, 2), (97, 0), (256, 5)):
             num_seqs, longest = rows + pad, int(rng.integers(100, 900))
             context_sum, now_s = int(rng.integers(rows, rows * 900)) + pad * longest, float(rng.uniform(0, 1e4))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                ends = loop(num_seqs, context_sum, num_seqs, longest, now_s, 40, math.inf)
-                if ends is None:
-                    continue
-                clock, expected = now_s, []
-                for i in range(40):
-                    clock = clock + model.decode_step_time_s(num_seqs, context_sum + i * num_seqs, longest + i)
-                    expected.append(clock)
-                cut = loop(num_seqs, context_sum, num_seqs, longest, now_s, 40, expected[16])
+            ends = loop(num_seqs, context_sum, num_seqs, longest, now_s, 40, math.inf)
+            if ends is None:
+                continue
+            clock, expected = now_s, []
+            for i in range(40):
+                clock = clock + one(num_seqs, context_sum + i * num_seqs, longest + i)
+                expected.append(clock)
             assert ends == expected, name
+            cut = loop(num_seqs, context_sum, num_seqs, longest, now_s, 40, expected[16])
             assert cut == expected[:17], name   # the step starting at the arrival is not taken
             checked += 1
     assert checked >= 10
