@@ -87,14 +87,6 @@ class KVCache:
         self._num_blocks[request] = held + need
         return True
 
-    def append_block(self, request: Request) -> bool:
-        """One more block for a decoding request (DecodeCohort.begin_step), if one is free."""
-        if not self.num_free_blocks:
-            return False
-        self.num_free_blocks -= 1
-        self._num_blocks[request] = self._num_blocks.get(request, 0) + 1
-        return True
-
     def take_counted(self, num_blocks: int) -> None:
         """Blocks taken for requests whose held counts are credited later (credit_counted)."""
         self.num_free_blocks -= num_blocks

@@ -64,8 +64,6 @@ class PrefixCachingKVCache(KVCache):
     # -- lookup at admission (rule 2.4) ---------------------------------------------------------
     def lookup_prefix(self, request: Request) -> int:
         """Tokens of the longest cached prefix; at least the last token is always recomputed."""
-        if self._counting and request.prompt_token_ids is None:
-            return 0   # synthetic prompts: nothing can be cached under a hash or a key yet
         if self._counting:
             if not self._num_shareable(request):
                 return 0   # nothing is cached under a hash or a key yet
@@ -147,10 +145,9 @@ class PrefixCachingKVCache(KVCache):
         return True
 
     def append_block(self, request: Request) -> bool:
-        """One more block for a decoding cohort member (DecodeCohort.begin_step); its full
-        blocks are registered when the cohort materialises it (generated tokens hash nothing)."""
-        if self._counting:
-            return KVCache.append_block(self, request)
+        """One more block for a decoding cohort member (DecodeCohort.begin_step, once blocks have
+        identities: while they are counted, the cohort takes counts, KVCache.take_counted); its
+        full blocks are registered when the cohort materialises it (generated tokens hash nothing)."""
         if not self.num_free_blocks:
             return False
         blocks = self._blocks[request]
