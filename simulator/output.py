@@ -25,7 +25,7 @@ import numpy as np
 from simulator.csv_format import BlankableColumn, csv_chunks, csv_text  # noqa: F401 (csv_text: re-exported)
 from simulator.metrics.request_arrays import float_arrays, int_arrays
 from simulator.metrics.step_log import STEP_COLUMNS, StepLog
-from simulator.metrics.summary import latencies_s
+from simulator.metrics.summary import latencies_s, latency_arrays_s
 from simulator.parallel_write import abandon, start_writing
 from simulator.request import Request
 
@@ -140,12 +140,10 @@ def _read_exact(requests: list[Request]) -> dict[str, np.ndarray] | None:
 def _latency_columns_ms(columns: dict[str, np.ndarray]) -> list[Sequence]:
     """TTFT, TPOT and E2EL in ms of finished requests with float token times, as ``latencies_s``
     computes them: the same float operations in numpy give the same bits."""
-    arrival, first, last, out = (columns[name] for name in
-                                 ("arrival_s", "first_token_s", "last_token_s", "num_output_tokens"))
-    ttft_s, e2el_s = first - arrival, last - arrival
-    with np.errstate(divide="ignore", invalid="ignore"):   # out <= 1: no TPOT, a blank cell
-        tpot_s = (e2el_s - ttft_s) / (out - 1)
-    return [ttft_s * 1000, BlankableColumn(tpot_s * 1000, out > 1), e2el_s * 1000]
+    out = columns["num_output_tokens"]
+    ttft_s, tpot_s, e2el_s = latency_arrays_s(columns["arrival_s"], columns["first_token_s"],
+                                              columns["last_token_s"], out)
+    return [ttft_s * 1000, BlankableColumn(tpot_s * 1000, out > 1), e2el_s * 1000]   # out <= 1: blank
 
 
 def _request_columns_by_cell(ordered: list[Request]) -> list[list]:

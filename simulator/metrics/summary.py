@@ -53,6 +53,17 @@ def latencies_s(request: Request) -> tuple[float, float | None, float] | None:
     return ttft_s, tpot_s, e2el_s
 
 
+def latency_arrays_s(arrival_s: np.ndarray, first_token_s: np.ndarray, last_token_s: np.ndarray,
+                     num_output: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """latencies_s of many finished requests whose token times are all floats: (TTFT, TPOT,
+    E2EL) arrays by the same float operations, so the same bits; TPOT is nan or inf where
+    out <= 1 (latencies_s's None)."""
+    ttft_s, e2el_s = first_token_s - arrival_s, last_token_s - arrival_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot_s = (e2el_s - ttft_s) / (num_output - 1)
+    return ttft_s, tpot_s, e2el_s
+
+
 def percentile_key(metric: str, p: float) -> str:
     """vLLM's key: ``p99_ttft_ms``, ``p99.9_itl_ms``."""
     p_word = str(int(p)) if int(p) == p else str(p)
@@ -118,10 +129,8 @@ class _Latencies:
             all_tpot_s = np.array([0.0 if t[1] is None else t[1] for t in triples], np.float64)
         else:
             self.arrival_s = self.times["arrival_s"]
-            self.ttft_s = self.times["first_token_s"] - self.arrival_s
-            self.e2el_s = self.times["last_token_s"] - self.arrival_s
-            with np.errstate(divide="ignore", invalid="ignore"):
-                all_tpot_s = (self.e2el_s - self.ttft_s) / (self.num_output - 1)
+            self.ttft_s, all_tpot_s, self.e2el_s = latency_arrays_s(
+                self.arrival_s, self.times["first_token_s"], self.times["last_token_s"], self.num_output)
         has_tpot = self.num_output > 1     # TPOT only for out > 1 ...
         self.tpot_s = all_tpot_s[has_tpot]
         # ... and goodput treats out <= 1 as TPOT 0 (vLLM's all_tpots).
