@@ -19,7 +19,9 @@ import sys
 import threading
 from typing import Callable
 
-# Below this many rows a fork (a few ms for a large process) saves less than it costs.
+# Logs shorter than this are written in the parent: measured, a 69k-row log's files took 0.56 s
+# in one process and 0.39 s with the child, a 110k-row log's 0.48 s and 0.25-0.40 s; shorter logs
+# were not measured, and the fork's fixed cost weighs more on them.
 MIN_PARALLEL_ROWS = 50_000
 
 

@@ -116,8 +116,15 @@ class Scheduler:
 
     def enable_cohort(self) -> bool:
         """Keep steady decoders as a DecodeCohort (the engine asks when nothing else reads the
-        requests mid-run); True if this policy does. A policy opts in by handling the cohort's
-        rows in schedule() (see VllmV1Scheduler, schedule_decodes_with_cohort)."""
+        requests mid-run); True if this policy does (keeps_cohort)."""
+        if not self.keeps_cohort():
+            return False
+        self.cohort = DecodeCohort(self.kv, self.max_model_len)
+        return True
+
+    def keeps_cohort(self) -> bool:
+        """Whether this policy, as configured, handles a cohort's rows in schedule() (see
+        VllmV1Scheduler, schedule_decodes_with_cohort, schedule_every_running)."""
         return False
 
     def non_members(self) -> list[Request]:
@@ -240,7 +247,7 @@ class Scheduler:
             request.status = RequestStatus.FINISHED
             request.finish_s = now_s
             self.kv.free(request)
-        if len(finished) <= 8:   # list.remove scans in C: cheaper than rebuilding the list
+        if len(finished) <= 8:   # list.remove scans in C (8: a step's usual few, not tuned)
             for request in finished:
                 self.running.remove(request)
         else:

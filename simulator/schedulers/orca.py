@@ -5,7 +5,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simulator.batch import Batch
-from simulator.decode_cohort import DecodeCohort
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import SchedulerOptions, options_config
@@ -40,8 +39,7 @@ class OrcaScheduler(Scheduler):
         return (not self.waiting or len(self.running) >= self.options.max_num_seqs
                 or not self.kv.can_fit(self.waiting[0], self.reserved_tokens(self.waiting[0])))
 
-    def enable_cohort(self) -> bool:
-        self.cohort = DecodeCohort(self.kv, self.max_model_len)
+    def keeps_cohort(self) -> bool:
         return True
 
     def schedule(self, now_s: float) -> Batch:

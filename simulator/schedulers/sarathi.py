@@ -5,7 +5,6 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from simulator.batch import Batch
-from simulator.decode_cohort import DecodeCohort
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
@@ -54,8 +53,7 @@ class SarathiScheduler(Scheduler):
         head = self.waiting[0]
         return not self.kv.can_fit(head, head.num_tokens, headroom_blocks=headroom)
 
-    def enable_cohort(self) -> bool:
-        self.cohort = DecodeCohort(self.kv, self.max_model_len)
+    def keeps_cohort(self) -> bool:
         return True
 
     def _schedule_decodes(self, batch: Batch, others: list[Request]) -> int:

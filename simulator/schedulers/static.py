@@ -5,7 +5,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simulator.batch import Batch
-from simulator.decode_cohort import DecodeCohort
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import (NonNegativeFloat, PositiveInt, SchedulerOptions,
@@ -52,11 +51,8 @@ class StaticScheduler(Scheduler):
     def decode_runs_through_finishes(self) -> bool:
         return self.options.variant == "ft"   # hf: a finish changes the padded rows
 
-    def enable_cohort(self) -> bool:
-        if self.options.variant != "ft":   # hf: outputs and padding follow the whole batch
-            return False
-        self.cohort = DecodeCohort(self.kv, self.max_model_len)
-        return True
+    def keeps_cohort(self) -> bool:
+        return self.options.variant == "ft"   # hf: outputs and padding follow the whole batch
 
     @property
     def num_padding_rows(self) -> int:

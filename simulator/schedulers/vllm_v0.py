@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.batch import Batch
-from simulator.decode_cohort import DecodeCohort
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
 from simulator.schedulers.registry import register_scheduler
@@ -74,8 +73,7 @@ class VllmV0Scheduler(Scheduler):
             self.schedule_tokens(batch, request, n)
             num_tokens += n
 
-    def enable_cohort(self) -> bool:
-        self.cohort = DecodeCohort(self.kv, self.max_model_len)
+    def keeps_cohort(self) -> bool:
         return True
 
     def _schedule_decodes(self, batch: Batch) -> None:

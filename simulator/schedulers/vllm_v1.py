@@ -4,7 +4,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.batch import Batch
-from simulator.decode_cohort import DecodeCohort
 from simulator.kv_cache import KVCache
 from simulator.prefix_cache import PrefixCachingKVCache
 from simulator.request import Request
@@ -52,13 +51,10 @@ class VllmV1Scheduler(Scheduler):
         threshold = self._threshold
         return threshold if 0 < threshold < n else n
 
-    def enable_cohort(self) -> bool:
+    def keeps_cohort(self) -> bool:
         # FCFS only: the priority policy may preempt any member; async scheduling keeps
         # placeholders per request.
-        if self.options.scheduling_policy != "fcfs" or self.async_scheduling:
-            return False
-        self.cohort = DecodeCohort(self.kv, self.max_model_len)
-        return True
+        return self.options.scheduling_policy == "fcfs" and not self.async_scheduling
 
     def schedule(self, now_s: float) -> Batch:
         batch = Batch()
