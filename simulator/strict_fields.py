@@ -2,7 +2,8 @@
 
 Importing pydantic and building its validators is a third of a run's start-up, yet a valid file
 needs none of it. ``build(hint, value)`` walks the type hints pydantic reads (dataclasses, unions,
-``Literal``, tuples, lists, dicts, ``Annotated`` with ``Constraint``) and builds the value when the
+``Literal``, tuples, lists, dicts, ``Annotated`` with ``Constraint``, ``LazyClass`` or
+``TaggedUnion``, whose classes it imports only as a value names them) and builds the value when the
 input is plainly valid: exact YAML types (an int for an int, an int or a finite float for a float),
 every constraint met, no unknown key, the dataclass's own checks passed. It accepts a subset of
 what pydantic accepts and builds the same values (tests/test_scenario_validation.py checks both on
@@ -19,7 +20,7 @@ import types
 import typing
 from typing import Annotated, Any, Literal, Union
 
-from cost_models.options import Constraint
+from cost_models.options import Constraint, LazyClass, TaggedUnion
 
 # Larger ints are left to pydantic: their float conversion is its business.
 _EXACT_FLOAT_INT = 2 ** 53
@@ -63,12 +64,13 @@ def _plain_number(value: int | float) -> bool:
 
 def _annotated(hint: Any, value: Any) -> Any:
     inner, *metadata = typing.get_args(hint)
+    if len(metadata) == 1 and isinstance(metadata[0], LazyClass):
+        return build(metadata[0].resolve(), value)
+    if len(metadata) == 1 and isinstance(metadata[0], TaggedUnion):
+        return _tagged(metadata[0], value)
     constraints = [m for m in metadata if isinstance(m, Constraint)]
     if len(constraints) != len(metadata):
         raise Unsure  # metadata only pydantic understands
-    for c in constraints:
-        if c.discriminator is not None:
-            return _tagged(typing.get_args(inner), c.discriminator, value)
     built = build(inner, value)
     for c in constraints:
         _check(c, built)
@@ -86,19 +88,14 @@ def _check(c: Constraint, value: Any) -> None:
         raise Unsure
 
 
-def _tagged(members: tuple, tag_field: str, value: Any) -> Any:
-    """A discriminated union: the member whose ``tag_field`` default is the input's tag."""
-    if type(value) is not dict or type(value.get(tag_field)) is not str:
+def _tagged(union: TaggedUnion, value: Any) -> Any:
+    """A discriminated union: the member the input's tag names (only its module is imported)."""
+    if type(value) is not dict or type(value.get(union.tag_field)) is not str:
         raise Unsure
-    for member in members:
-        if _tag(member, tag_field) == value[tag_field]:
-            return _dataclass(member, value)
-    raise Unsure
-
-
-@functools.lru_cache(maxsize=None)
-def _tag(member: type, tag_field: str) -> Any:
-    return next((f.default for f in dataclasses.fields(member) if f.name == tag_field), None)
+    member = union.member(value[union.tag_field])
+    if member is None:
+        raise Unsure
+    return _dataclass(member, value)
 
 
 def _union(members: tuple, value: Any) -> Any:

@@ -88,6 +88,14 @@ def test_run_loads_neither_numpys_masked_arrays_nor_other_presets(tmp_path: Path
     assert modules.isdisjoint(others), sorted(modules & others)
 
 
+def test_run_imports_only_the_workload_kinds_its_scenario_names(tmp_path: Path):
+    """Poisson arrivals and fixed lengths: no other option class of simulator/workload/kinds/."""
+    modules = modules_after("run", str(write_scenario(tmp_path, "{kind: unit}")), "--no-plots",
+                            "-o", str(tmp_path / "out"))
+    kinds = {m for m in modules if m.startswith("simulator.workload.kinds.")}
+    assert kinds == {"simulator.workload.kinds.poisson", "simulator.workload.kinds.fixed"}
+
+
 def test_a_bad_value_still_gets_pydantics_one_line_error(tmp_path: Path):
     """Pydantic is loaded only when the quick check is unsure; the message is its usual one."""
     path = write_scenario(tmp_path, "{kind: unit}")
