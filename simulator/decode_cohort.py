@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 
-from simulator.decode_pricing import DecodeSegment
+from simulator.decode_pricing import _LOOP_STEPS, DecodeSegment
 from simulator.request import Request
 
 _KEEP_STEPS = 4096   # step records kept before old ones are dropped (DecodeCohort._drop_old_steps)
@@ -335,43 +335,53 @@ class DecodeCohort:
 
     # -- multi-step advances ------------------------------------------------------------------
     def plan_run(self, cost_model, start_s: float, next_arrival_s: float,
-                 through_finishes: bool) -> tuple[list[float], list[int]] | None:
-        """End times and row counts of the coming decode steps, every running request being a
-        member: up to the last leaver (or the first, unless ``through_finishes``), none starting
-        at or after the next arrival, none that could need more blocks than are free (blocks
-        freed by leavers are not counted). Steps between two leavers share their rows and are
-        priced together (decode_pricing.DecodeSegment). O(steps + leavers + new blocks)."""
-        g, finishes = self.num_steps, self._finishes
-        if not finishes:
+                 through_finishes: bool) -> list[float] | None:
+        """End times of the coming decode steps, every running request being a member: up to
+        the last leaver (or the first, unless ``through_finishes``), none starting at or after
+        the next arrival, none that could need more blocks than are free (blocks freed by
+        leavers are not counted). Step i computes a row per member still in (those whose last
+        step is >= i). Steps between two leavers share their rows and are priced together
+        (decode_pricing.DecodeSegment). O(steps + leavers + new blocks)."""
+        g, finishes, bases = self.num_steps, self._finishes, self._bases
+        if not finishes or start_s >= next_arrival_s:
             return None
         limit = (finishes[-1][0] if through_finishes else finishes[0][0]) - g + 1
-        ends, rows_by_step = [], []
-        now_s, rows, base_sum, left, i = start_s, len(self.members), self.base_sum, 0, 0
+        loop = getattr(cost_model, "decode_step_ends", None)
+        ends: list[float] = []
+        now_s, rows, base_sum, left, i, top = start_s, len(self.members), self.base_sum, 0, 0, len(bases) - 1
         gone: set[int] = set()
-        top = len(self._bases) - 1
-        while i < limit and now_s < next_arrival_s:
+        while True:
+            stop = min(limit, finishes[left][0] - g + 1)   # the rows change after this step
+            # Step i prices rows decodes over base_sum + rows * (g + i), the longest at base + g + i.
+            seg_ends = None
+            if loop is not None and stop - i <= _LOOP_STEPS:   # DecodeSegment.ends's loop, called directly
+                seg_ends = loop(rows, base_sum + rows * (g + i), rows, bases[top][0] + g + i,
+                                now_s, stop - i, next_arrival_s)
+            if seg_ends is None:
+                segment = DecodeSegment(rows, 0, base_sum + rows * g, bases[top][0] + g)
+                seg_ends = segment.ends(cost_model, None, None, now_s, i, stop, next_arrival_s)
+            if ends:
+                ends.extend(seg_ends)
+            else:
+                ends = seg_ends   # the first segment's own list (most runs have one)
+            if stop >= limit or len(seg_ends) < stop - i or seg_ends[-1] >= next_arrival_s:
+                break   # the last leaver, or the next arrival comes first
+            now_s, i = seg_ends[-1], stop
             while finishes[left][0] < g + i:     # members whose last step has passed
                 gone.add(finishes[left][1])
                 base_sum -= self._joined[finishes[left][2]][5]
                 rows -= 1
                 left += 1
-            while self._bases[top][1] in gone:
+            while bases[top][1] in gone:
                 top -= 1
-            stop = min(limit, finishes[left][0] - g + 1)   # the rows change after this step
-            # Step i prices rows decodes over base_sum + rows * (g + i), the longest at base + g + i.
-            segment = DecodeSegment(rows, 0, base_sum + rows * g, self._bases[top][0] + g)
-            seg_ends = segment.ends(cost_model, None, None, now_s, i, stop, next_arrival_s)
-            ends.extend(seg_ends)
-            rows_by_step.extend([rows] * len(seg_ends))
-            if len(seg_ends) < stop - i:
-                break   # the next arrival came first
-            now_s, i = seg_ends[-1], stop
         if not ends:
             return None
         m = self._steps_with_free_blocks(len(ends))
         if m == 0:
             return None
-        return ends[:m], rows_by_step[:m]
+        if m < len(ends):
+            del ends[m:]
+        return ends
 
     def _steps_with_free_blocks(self, m: int) -> int:
         """How many of the coming m steps fit the free blocks (new blocks in step order, each

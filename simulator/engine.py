@@ -52,7 +52,7 @@ class Simulation:
     def __init__(self, requests: list[Request], schedulers: list[Scheduler],
                  cost_model: StepCostModel, step_log, *, max_concurrency: int | None = None,
                  router: str = "round_robin", on_step: Callable | None = None,
-                 fast_forward: bool = True):
+                 fast_forward: bool = True, pull_arrivals: bool = True):
         self.env = simpy.Environment()
         self.pending = requests  # sorted by intended arrival time
         self.replicas = [Replica(i, s) for i, s in enumerate(schedulers)]
@@ -70,6 +70,14 @@ class Simulation:
         # per-step callback): see simulator/fast_forward.py.
         self.fast_forward = fast_forward and len(self.replicas) == 1 and on_step is None
         self.next_arrival_s = requests[0].arrival_s if requests else math.inf
+        # One replica and open-loop clients: the serve loop takes arrivals as it resumes
+        # (_pull_arrivals) instead of an arrival process with one event per request. Nothing
+        # else reads the queue between its resumes, and no policy of its own wakes it.
+        self.pull_arrivals = (pull_arrivals and len(self.replicas) == 1 and max_concurrency is None
+                              and type(schedulers[0]).next_wakeup_s is Scheduler.next_wakeup_s)
+        self._num_pulled = 0
+        self._arrival_clock = 0            # the arrival process's clock (SimPy's starts at int 0)
+        self._arrival_before_serve = True  # its resume at that time came before the serve loop's
 
     # -- processes -------------------------------------------------------------------------------
     def arrivals(self):
@@ -91,6 +99,32 @@ class Simulation:
             replica.notify()
         self.next_arrival_s = math.inf
 
+    def _pull_arrivals(self, scheduler: Scheduler, now_s: float, created_s: float | None) -> None:
+        """Add the requests the arrival process (``arrivals``) would have added before the serve
+        loop resumes at ``now_s`` from an event it created at ``created_s`` (None: woken by an
+        arrival, so after every arrival due by now), with the same clock values: SimPy wakes the
+        process at clock + (arrival - clock). An arrival at exactly ``now_s`` comes first when
+        its event is older than the serve loop's: created at an earlier time, or at the same
+        time by a resume that came first (SimPy orders equal times by event creation)."""
+        pending, i, n = self.pending, self._num_pulled, len(self.pending)
+        clock, before = self._arrival_clock, self._arrival_before_serve
+        while i < n:
+            request = pending[i]
+            arrival_s = request.arrival_s
+            if arrival_s > clock:   # the arrival process slept until then
+                wake_s = clock + (arrival_s - clock)
+                if wake_s > now_s or (wake_s == now_s and created_s is not None and (
+                        clock > created_s or (clock == created_s and not before))):
+                    break
+                clock, before = wake_s, wake_s == now_s
+            request.client_queue_s = clock - arrival_s
+            request.arrival_s = clock
+            self.num_in_flight += 1
+            scheduler.add(request)
+            i += 1
+        self._num_pulled, self._arrival_clock, self._arrival_before_serve = i, clock, before
+        self.next_arrival_s = pending[i].arrival_s if i < n else math.inf
+
     def route(self) -> Replica:
         if len(self.replicas) == 1:
             return self.replicas[0]
@@ -109,6 +143,9 @@ class Simulation:
             scheduler.enable_cohort()   # nothing reads a request mid-run: decoders may go lazy
         in_flight: deque[Batch] = deque()
         carried_preemptions = 0
+        pull = self.pull_arrivals
+        if pull:
+            self._pull_arrivals(scheduler, env.now, None)   # the arrival process ran first
         while True:
             while len(in_flight) < depth:
                 batch = scheduler.schedule(env.now)
@@ -132,6 +169,8 @@ class Simulation:
             shape = batch.shape()
             yield env.timeout(cost.step_time_s(shape))
             end_s = env.now
+            if pull:
+                self._pull_arrivals(scheduler, end_s, start_s)
             finished = scheduler.on_step_end(batch, end_s)
             tokens, _, num_decodes, _, _, num_prefills, num_sampled, num_seqs = shape.work_counts
             self.step_log.append(start_s, end_s, num_seqs, num_prefills, num_decodes, tokens,
@@ -157,35 +196,60 @@ class Simulation:
         through = (scheduler.decode_runs_through_finishes and not scheduler.finish_can_admit()
                    and self.max_concurrency is None)
         if state is scheduler.cohort:
-            run = state.plan_run(self.cost_model, start_s, self.next_arrival_s, through)
-            run = run and DecodeRun(*run)
+            # Its rows at each step are the members still in: filled in once it has run.
+            ends = state.plan_run(self.cost_model, start_s, self.next_arrival_s, through)
+            run = ends and DecodeRun(ends, None)
         else:
             run = plan_decode_run(scheduler, self.cost_model, start_s, *state, self.next_arrival_s,
                                   through)
         delay = run and delay_reaching(start_s, run.end_s[-1])
         if delay is None:
             return  # no exact single delay: let the next steps run one by one
-        waiting_before = len(scheduler.waiting)
+        waiting_before, running_before = len(scheduler.waiting), len(scheduler.running)
         yield self.env.timeout(delay)
+        if self.pull_arrivals:
+            self._pull_arrivals(scheduler, self.env.now, start_s)
         steps = apply_decode_run(scheduler, run, self._on_finished)
         # Arrivals can only land during the last step (plan_decode_run stops before a step that
         # starts at or after one), so earlier rows saw the queue as it was.
         num_waiting = [waiting_before] * (run.num_steps - 1) + [len(scheduler.waiting)]
-        self.step_log.extend_decode_steps(start_s, run.end_s, run.num_rows, steps.num_running,
+        num_rows = run.num_rows or [running_before, *steps.num_running[:-1]]
+        self.step_log.extend_decode_steps(start_s, run.end_s, num_rows, steps.num_running,
                                           num_waiting, steps.kv_usage)
-        watchdog.observe(run.num_rows[-1], 0, scheduler)
+        watchdog.observe(num_rows[-1], 0, scheduler)
 
     def _idle(self, replica: Replica):
         scheduler = replica.scheduler
         wake_s = scheduler.next_wakeup_s(self.env.now)
         if scheduler.running or (scheduler.waiting and wake_s is None):
             raise NoProgressError(diagnose_stall(scheduler, self.env.now))
+        if self.pull_arrivals:
+            yield from self._await_arrival(scheduler)
+            return
         replica.wakeup = self.env.event()
         events = [replica.wakeup]
         if wake_s is not None:
             events.append(self.env.timeout(max(0.0, wake_s - self.env.now)))
         yield self.env.any_of(events)
         replica.wakeup = None
+
+    def _await_arrival(self, scheduler: Scheduler):
+        """Sleep until the arrival process would have woken (_pull_arrivals), then take every
+        arrival due by then."""
+        env, i = self.env, self._num_pulled
+        if i == len(self.pending):
+            yield env.event()   # nothing more arrives: the run ends with its last finish
+            return
+        clock = self._arrival_clock
+        wake_s = clock + (self.pending[i].arrival_s - clock)   # later than clock, or pulled
+        delay = delay_reaching(env.now, wake_s)
+        if delay is None:
+            # now + d can round past wake_s for every d (a tie rounding to even): stop halfway,
+            # whence wake_s - now is exact (Sterbenz: wake_s / 2 <= now <= wake_s).
+            yield env.timeout((wake_s - env.now) / 2)
+            delay = wake_s - env.now
+        yield env.timeout(delay)
+        self._pull_arrivals(scheduler, env.now, None)
 
     def _on_finished(self, finished: list[Request], now_s: float) -> None:
         self.num_finished += len(finished)
@@ -197,7 +261,8 @@ class Simulation:
 
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> SimulationResult:
-        self.env.process(self.arrivals())
+        if not self.pull_arrivals:
+            self.env.process(self.arrivals())
         for replica in self.replicas:
             self.env.process(self.serve(replica))
         total = len(self.pending)

@@ -36,7 +36,8 @@ class DecodeRun:
     """The plan for m decode steps starting at ``start_s``. The per-request arrays are those
     of plan_decode_run; a decode cohort's run (DecodeCohort.plan_run) needs none."""
     end_s: list[float]          # end time of each step (accumulated like SimPy's clock)
-    num_rows: list[int]         # rows each step computes (padding included)
+    num_rows: list[int] | None  # rows each step computes (padding included); None for a
+                                # cohort run: its members still in, known once it has run
     last_step: np.ndarray | None = None        # per request: the 0-based step of its last token
     first_new_block: np.ndarray | None = None  # per request: the step it next needs a block at
     new_blocks: np.ndarray | None = None       # per request: blocks it takes during the run

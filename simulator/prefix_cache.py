@@ -65,7 +65,7 @@ class PrefixCachingKVCache(KVCache):
     def lookup_prefix(self, request: Request) -> int:
         """Tokens of the longest cached prefix; at least the last token is always recomputed."""
         if self._counting:
-            if not self._num_shareable(request):
+            if request.prompt_token_ids is None or not self._num_shareable(request):
                 return 0   # nothing is cached under a hash or a key yet
             self._assign_ids()
         hits = []
@@ -84,7 +84,7 @@ class PrefixCachingKVCache(KVCache):
     def blocks_to_admit(self, request: Request, total_tokens: int, num_hit_tokens: int) -> int:
         """Free blocks an admission uses: new blocks plus cached hits that sit in the free queue."""
         if not num_hit_tokens:
-            return self.blocks_for(total_tokens)
+            return -(-total_tokens // self.block_size)   # blocks_for
         hits = self._hits.get(request, [])
         idle_hits = sum(1 for b in hits if self._ref[b] == 0)
         return max(0, self.blocks_for(total_tokens) - len(hits)) + idle_hits
@@ -95,6 +95,8 @@ class PrefixCachingKVCache(KVCache):
         total = request.num_computed_tokens + num_hit_tokens + num_new_tokens
         if max_model_len is not None and total > max_model_len:
             total = max_model_len
+        if self._counting and request.prompt_token_ids is None:
+            return self._grow_counted(request, total, headroom_blocks)   # _grow's synthetic case
         return self._grow(request, total, headroom_blocks, num_hit_tokens)
 
     def allocate_up_to(self, request: Request, total_tokens: int, headroom_blocks: int = 0) -> bool:
@@ -221,9 +223,18 @@ class PrefixCachingKVCache(KVCache):
     def _grow_counted(self, request: Request, total: int, headroom: int) -> bool:
         """_grow while blocks are counted: KVCache's allocation, and the count of full blocks
         _register_full_blocks would keep (no hashes: the request has no shareable block)."""
-        if not KVCache.allocate_up_to(self, request, total, headroom):
-            return False
-        full = min(min(total, request.num_tokens) // self.block_size, self._num_blocks.get(request, 0))
+        # KVCache.allocate_up_to, inlined: every admission and block boundary of a run with
+        # synthetic prompts passes here.
+        held_counts, bs = self._num_blocks, self.block_size
+        held = held_counts.get(request, 0)
+        need = -(-total // bs) - held
+        if need > 0:
+            if need + headroom > self.num_free_blocks:
+                return False
+            self.num_free_blocks -= need
+            held += need
+            held_counts[request] = held
+        full = min(min(total, request.num_prompt_tokens + request.num_output_tokens) // bs, held)
         if full > self._registered.get(request, 0):
             self._registered[request] = full
         return True

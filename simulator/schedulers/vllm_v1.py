@@ -162,22 +162,26 @@ class VllmV1Scheduler(Scheduler):
         return refunded
 
     def _schedule_waiting(self, batch: Batch, budget: int, now_s: float) -> None:
-        o = self.options
-        while self.waiting and budget > 0:
-            if len(self.running) >= o.max_num_seqs:
+        o, kv, waiting, running = self.options, self.kv, self.waiting, self.running
+        threshold = self._threshold
+        while waiting and budget > 0:
+            if len(running) >= o.max_num_seqs:
                 break
-            request = self._peek_waiting()
-            num_hit = self.kv.lookup_prefix(request) if request.num_computed_tokens == 0 else 0
-            n = self._cap(request.num_tokens - num_hit)
+            request = waiting[0]   # the deque's head, or the heap's minimum (rule 1.4)
+            num_hit = kv.lookup_prefix(request) if request.num_computed_tokens == 0 else 0
+            n = request.num_prompt_tokens + request.num_output_tokens - num_hit
+            if 0 < threshold < n:   # _cap
+                n = threshold
             if not o.enable_chunked_prefill and n > budget:
                 break  # head-of-line: smaller requests behind are not tried (rule 1.2 B5)
-            n = min(n, budget)
+            if n > budget:
+                n = budget
             if not self._admission_fits(request, num_hit):
                 break
-            if not self.kv.allocate(request, n, num_hit_tokens=num_hit):
+            if not kv.allocate(request, n, num_hit_tokens=num_hit):
                 break  # waiting requests never preempt (rule 1.2 B7)
             self._pop_waiting(request)
-            self.kv.record_admission(request, num_hit)
+            kv.record_admission(request, num_hit)
             request.num_computed_tokens = num_hit
             request.num_cached_tokens = num_hit
             self.admit(request, now_s)
