@@ -41,6 +41,12 @@ def csv_chunks(header: Sequence[str], columns: Sequence[Sequence],
                chunk_rows: int = 65536) -> Iterator[str]:
     """``csv_text`` in pieces of ``chunk_rows`` rows, so memory stays bounded on long runs."""
     yield ",".join(header) + "\n"
+    yield from csv_row_chunks(columns, chunk_rows)
+
+
+def csv_row_chunks(columns: Sequence[Sequence], chunk_rows: int = 65536) -> Iterator[str]:
+    """The rows of ``csv_chunks`` without the header: a table's rows may be written in parts,
+    each part's text the same as in the whole table's."""
     num_rows = len(columns[0]) if columns else 0
     for start in range(0, num_rows, chunk_rows):
         piece = [_column_parts(c[start:start + chunk_rows]) for c in columns]

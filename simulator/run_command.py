@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from simulator.output import write_results
+from simulator.output import MIN_STREAMED_REQUESTS, ResultWriter
 from simulator.runner import prepare, simulate
 from simulator.scenario import load_scenario
 
@@ -30,8 +30,11 @@ def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool =
                f"cost model {scenario.cost_model.get('kind')}, seed {scenario.seed}")
     outputs = []
     for run in prepared.runs:
-        output = simulate(prepared, run)
-        write_results(out_dir / run.label, output.result.requests, output.result.step_log, output.summary)
+        # A long run's steps.csv is written by a forked helper while the run is simulated.
+        stream = len(prepared.trace) >= MIN_STREAMED_REQUESTS
+        with ResultWriter(out_dir / run.label, stream=stream) as writer:
+            output = simulate(prepared, run, step_log=writer.step_log)
+            writer.finish(output.result.requests, output.summary)
         outputs.append(output)
     click.echo(format_table([o.summary for o in outputs]))
     if plots:

@@ -166,7 +166,10 @@ class RunOutput:
     num_gpu_blocks: int
 
 
-def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True) -> RunOutput:
+def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True,
+             step_log: StepLog | None = None) -> RunOutput:
+    """Run one scheduler; ``step_log``: an empty log to record the steps in (one that streams
+    them to a result writer), else a new one."""
     scenario = prepared.scenario
     requests = make_requests(prepared.trace)
     if scenario.metrics.record_itl_gaps:
@@ -175,7 +178,7 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True) ->
     schedulers = [run.scheduler_cls(run.options, run.scheduler_cls.make_kv_cache(
         run.options, run.num_gpu_blocks, scenario.engine.block_size), run.context)
         for _ in range(scenario.engine.num_replicas)]
-    step_log = StepLog()
+    step_log = StepLog() if step_log is None else step_log
     sim = Simulation(requests, schedulers, prepared.cost_model, step_log,
                      max_concurrency=prepared.trace.max_concurrency, router=scenario.engine.router,
                      fast_forward=fast_forward)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator import output
+from simulator import output, parallel_write, streaming_write
 from simulator.metrics import STEP_COLUMNS, StepLog, summarize
 from simulator.output import REQUEST_COLUMNS, summary_json, write_results
 from simulator.request import Request, RequestStatus
@@ -219,27 +219,31 @@ def test_blankable_column_is_the_column_with_nones():
             == csv_writer_text(["x", "n"], zip(with_nones, range(4)))
 
 
-@pytest.fixture(params=["in this process", "in a forked writer"])
+@pytest.fixture(params=["in this process", "with a forked helper"])
 def steps_writer(request, monkeypatch):
-    """Run a test with steps.csv written by the parent, then by a forked child (Linux only)."""
-    from simulator import parallel_write
+    """Run a test with the files written by the parent alone, then with a helper forked at write
+    time (Linux only)."""
     forks = []
-    if request.param == "in a forked writer":
+    if request.param == "with a forked helper":
         if not parallel_write.sys.platform == "linux":
-            pytest.skip("the forked writer runs on Linux only")
-        monkeypatch.setattr(parallel_write, "MIN_PARALLEL_ROWS", 0)
-        monkeypatch.setattr(parallel_write.os, "cpu_count", lambda: 2)
-        monkeypatch.setattr(parallel_write.threading, "active_count", lambda: 1)   # xdist's own thread
+            pytest.skip("the forked helper runs on Linux only")
+        allow_forking(monkeypatch)
+        monkeypatch.setattr(output, "MIN_FORKED_ROWS", 0)
         fork = parallel_write.os.fork
         monkeypatch.setattr(parallel_write.os, "fork", lambda: forks.append(1) or fork())
     yield request.param
-    assert bool(forks) == (request.param == "in a forked writer")   # the mode really was used
+    assert bool(forks) == (request.param == "with a forked helper")   # the mode really was used
 
 
-def test_forked_steps_writer_gives_the_same_bytes(tmp_path, steps_writer, monkeypatch):
-    from simulator import parallel_write
+def allow_forking(monkeypatch):
+    monkeypatch.setattr(parallel_write.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(parallel_write.threading, "active_count", lambda: 1)   # xdist's own thread
+
+
+def test_forked_helper_gives_the_same_bytes(tmp_path, steps_writer, monkeypatch):
+    monkeypatch.setattr(streaming_write, "piece_rows", lambda num_rows: 1)   # row by row
     forked = write_results(tmp_path / "forked", *make_run())
-    monkeypatch.setattr(parallel_write, "MIN_PARALLEL_ROWS", 10**12)
+    monkeypatch.setattr(output, "MIN_FORKED_ROWS", 10**12)
     in_process = write_results(tmp_path / "in_process", *make_run())
     for name in ("requests.csv", "steps.csv", "summary.json"):
         assert (forked / name).read_bytes() == (in_process / name).read_bytes(), name
@@ -250,18 +254,20 @@ def test_a_failing_steps_writer_raises_its_own_error_and_leaves_nothing(tmp_path
     target = write_results(tmp_path / "run", *make_run())
     before = {p.name: p.read_bytes() for p in target.iterdir()}
     monkeypatch.setattr(output, "_write_steps_csv", lambda f, log: f.write(1 / 0))
-    with pytest.raises(ZeroDivisionError):          # the child's exception, type and all
+    monkeypatch.setattr(streaming_write, "_steps_text", lambda chunks: [str(1 / 0)])
+    with pytest.raises(ZeroDivisionError):          # the helper's exception, type and all
         write_results(target, *make_run())
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
-def test_a_failure_in_the_parent_waits_for_the_steps_writer(tmp_path, steps_writer, monkeypatch):
-    # requests.csv fails while steps.csv may still be written by the child: the child is waited
-    # for before the staging folder is removed, so nothing is left behind.
+def test_a_failure_in_the_parent_ends_the_helper(tmp_path, steps_writer, monkeypatch):
+    # requests.csv fails in the parent while the helper may still be writing: the helper is
+    # ended before the staging folder is removed, so nothing is left behind.
     def explode(*args, **kwargs):
         raise OSError("disk full")
     monkeypatch.setattr(output, "_write_requests_csv", explode)
+    monkeypatch.setattr(output, "request_columns", explode)
     with pytest.raises(OSError, match="disk full"):
         write_results(tmp_path / "results" / "run", *make_run())
     assert list((tmp_path / "results").iterdir()) == []

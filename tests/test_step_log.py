@@ -41,6 +41,27 @@ def test_rows_survive_chunk_flushes_in_order(monkeypatch):
     assert log.to_columns()["end_s"].tolist() == [float(i + 1) for i in range(11)]
 
 
+def test_streamed_chunks_after_the_stored_ones_are_the_whole_log(monkeypatch):
+    monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", 4)
+    log, handed = StepLog(), []
+    for i in range(3):   # pending when streaming starts: stored, not handed over
+        log.append(float(i), float(i + 1), i, 0, i, i, 0, i, 0, i / 10, 0)
+    log.stream_to(handed.append)
+    stored = log.to_columns()["num_seqs"].tolist()
+    for i in range(3, 9):
+        log.append(float(i), float(i + 1), i, 0, i, i, 0, i, 0, i / 10, 0)
+    log.extend_decode_steps(9.0, [10.0, 11.0], [9, 10], [9, 10], [0, 0], [0.9, 1.0])
+    log.append_many(2, 11.0, 1.0, 11, 0, 11, 11, 0, 11, 0, 1.0)
+    log.flush()
+    log.stream_to(None)
+    log.append(13.0, 14.0, 13, 0, 13, 13, 0, 13, 0, 1.0, 0)   # after stopping: kept, not handed
+    assert stored == [0, 1, 2]
+    streamed = [*range(3, 11), 11, 11]   # appends, a decode run, a fast-forward of 2 steps
+    assert [n for chunk in handed for n in chunk["num_seqs"].tolist()] == streamed
+    assert log.to_columns()["num_seqs"].tolist() == [*stored, *streamed, 13]
+    assert all(tuple(chunk) == STEP_COLUMNS for chunk in handed)
+
+
 def test_empty_log_has_empty_columns():
     cols = StepLog().to_columns()
     assert tuple(cols) == STEP_COLUMNS and all(len(c) == 0 for c in cols.values())

@@ -13,7 +13,7 @@ at a time (``t += dt``), exactly as SimPy advances ``env.now`` per ``timeout(dt)
 from __future__ import annotations
 
 from itertools import accumulate, repeat
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -51,6 +51,7 @@ class StepLog:
         self._decode_runs: list[tuple[int, int]] = []    # (pending row number, rows) of each run
         self._chunks: list[dict[str, np.ndarray]] = []
         self._num_chunked_rows = 0
+        self._on_chunk: Callable[[dict[str, np.ndarray]], None] | None = None
 
     def __len__(self) -> int:
         return self._num_chunked_rows + len(self._appended) + len(self._decode[1])
@@ -129,6 +130,18 @@ class StepLog:
             view.flags.writeable = False
         return views
 
+    def flush(self) -> None:
+        """Move the pending rows into a chunk now (they are otherwise moved every 8,192 rows)."""
+        self._flush()
+
+    def stream_to(self, on_chunk: Callable[[dict[str, np.ndarray]], None] | None) -> None:
+        """Hand each chunk stored from now on to ``on_chunk`` too (None: stop), in log order.
+        Pending rows are flushed first when starting, so the chunks stored before and those
+        handed over make up the whole log."""
+        if on_chunk is not None:
+            self._flush()
+        self._on_chunk = on_chunk
+
     @classmethod
     def from_columns(cls, columns: dict[str, Sequence]) -> "StepLog":
         """Rebuild a log from ``to_columns()`` output (or a steps.csv read back)."""
@@ -184,5 +197,8 @@ class StepLog:
 
     def _add_chunk(self, chunk: dict[str, np.ndarray]) -> None:
         # A copy of each column: the log never shares storage with its caller's arrays.
-        self._chunks.append({name: np.array(chunk[name], dtype) for name, dtype in _COLUMNS})
+        stored = {name: np.array(chunk[name], dtype) for name, dtype in _COLUMNS}
+        self._chunks.append(stored)
         self._num_chunked_rows += len(chunk["start_s"])
+        if self._on_chunk is not None:
+            self._on_chunk(stored)

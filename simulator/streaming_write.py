@@ -1,0 +1,122 @@
+"""steps.csv written by a forked helper while the run goes on, and a table shared at the end.
+
+The simulation uses one core. A helper forked before it starts receives each chunk of the step
+log as the log stores it (8,192 rows, raw array bytes over a pipe) and appends its text to
+steps.csv, so that file is all but done when the run ends. The parent then reads requests.csv's
+columns (only it holds the finished requests) and sends them over; both processes format the
+table's pieces, the helper from the first piece on, straight into the file, the parent from the
+last piece back, kept in memory, until they meet (``PieceDealer``). The parent appends its pieces
+once the helper is done: the file is assembled in row order, never copied.
+
+Text is ``csv_format``'s, piece by piece: a table written in parts is byte for byte the whole.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence, TextIO
+
+import numpy as np
+
+from simulator.atomic_files import atomic_write, commit, open_text, temp_file
+from simulator.csv_format import csv_row_chunks
+from simulator.metrics.step_log import STEP_COLUMNS, StepLog
+from simulator.parallel_write import Helper, Inbox, PieceDealer
+
+STEPS_CSV = "steps.csv"
+# The helper formats received step chunks once this many rows have gathered: kv_usage and the
+# counts repeat across chunks, and each distinct value is formatted once per piece.
+_STEP_PIECE_ROWS = 16384
+
+
+class ForkedWriter:
+    """A helper writing ``staging``'s steps.csv from ``step_log`` (what it holds now, then each
+    chunk it stores until ``end_steps``) and sharing ``write_table``'s work. ``close`` ends the
+    helper, on any path; after ``wait`` it has nothing left to do."""
+
+    def __init__(self, staging: Path, step_log: StepLog):
+        self._staging, self._step_log = staging, step_log
+        self._dealer = PieceDealer()
+        step_log.flush()   # the helper's copy of the log holds every row logged so far
+        try:
+            self._helper = Helper(lambda inbox: _helper_job(inbox, staging, step_log, self._dealer))
+        except BaseException:
+            self._dealer.close()
+            raise
+        step_log.stream_to(self._send_chunk)
+
+    def end_steps(self) -> None:
+        """The log is complete: the helper finishes steps.csv."""
+        self._step_log.flush()
+        self._step_log.stream_to(None)
+        self._helper.send(None)
+
+    def write_table(self, name: str, header: Sequence[str], num_rows: int,
+                    read_rows: Callable[[int, int], Sequence[Sequence]]) -> None:
+        """Write ``staging/name`` with the helper, then wait for the helper to end.
+        ``read_rows(start, stop)``: those rows' columns. Each piece goes to the helper as soon
+        as it is read, so the helper starts on the first while the rest are read."""
+        tmp = temp_file(self._staging / name)
+        self._helper.send((tmp, tuple(header)))
+        rows = piece_rows(num_rows)
+        starts = range(0, num_rows, rows)
+        self._dealer.deal(len(starts))
+        pieces = []
+        for start in starts:
+            pieces.append(read_rows(start, min(start + rows, num_rows)))
+            self._helper.send(pieces[-1], spill=True)
+        texts = []
+        while (piece := self._dealer.take_back(self._helper.status_fd)) is not None:
+            texts.append(_table_text(pieces[piece]))
+        self._helper.wait()   # the helper's error, if any, is raised here
+        with open_text(tmp, "a") as f:
+            f.writelines(reversed(texts))
+        commit(tmp, self._staging / name)
+
+    def close(self) -> None:
+        self._step_log.stream_to(None)
+        self._helper.kill()
+        self._dealer.close()
+
+    def _send_chunk(self, chunk: dict[str, np.ndarray]) -> None:
+        self._helper.send([chunk[name] for name in STEP_COLUMNS])
+
+
+def _helper_job(inbox: Inbox, staging: Path, step_log: StepLog, dealer: PieceDealer) -> None:
+    atomic_write(staging / STEPS_CSV, lambda f: _write_steps(f, inbox, step_log))
+    tmp, header = inbox.receive()
+    with open_text(tmp, "w") as f:
+        f.write(",".join(header) + "\n")
+        # Front pieces come in order (0, 1, 2, ...), as the parent sends them.
+        while dealer.take_front() is not None:
+            f.write(_table_text(inbox.receive()))
+
+
+def _write_steps(f: TextIO, inbox: Inbox, step_log: StepLog) -> None:
+    """steps.csv: the rows the log held when the helper was forked, then each chunk received."""
+    f.write(",".join(STEP_COLUMNS) + "\n")
+    logged = step_log.to_columns()
+    gathered = [[logged[name] for name in STEP_COLUMNS]] if len(step_log) else []
+    while (chunk := inbox.receive()) is not None:
+        gathered.append(chunk)
+        if sum(len(c[0]) for c in gathered) >= _STEP_PIECE_ROWS:
+            f.writelines(_steps_text(gathered))
+            gathered = []
+    f.writelines(_steps_text(gathered))
+
+
+def _steps_text(chunks: list[list[np.ndarray]]):
+    if not chunks:
+        return []
+    columns = [np.concatenate(parts) for parts in zip(*chunks)]
+    return csv_row_chunks(columns, _STEP_PIECE_ROWS)
+
+
+def piece_rows(num_rows: int) -> int:
+    """Rows per piece of a shared table: a 64th of it, within 1,024 to 16,384 rows. The two
+    processes end at most a piece apart; a piece under 1,024 rows costs more in its own table
+    of texts than it saves."""
+    return min(max(-(-num_rows // 64), 1024), 16384)
+
+
+def _table_text(columns: Sequence[Sequence]) -> str:
+    return "".join(csv_row_chunks(columns))

@@ -1,0 +1,200 @@
+"""ResultWriter with a helper forked before the run: steps.csv streamed, requests.csv shared."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from simulator import output, parallel_write, streaming_write
+from simulator.metrics import step_log as step_log_module
+from simulator.output import ResultWriter, write_results
+from simulator.parallel_write import PieceDealer
+from simulator.runner import prepare, simulate
+from simulator.scenario import load_scenario
+
+ROOT = Path(__file__).parents[1]
+FILES = ("requests.csv", "steps.csv", "summary.json")
+
+pytestmark = pytest.mark.skipif(parallel_write.sys.platform != "linux",
+                                reason="the forked helper runs on Linux only")
+
+
+@pytest.fixture
+def forks(monkeypatch):
+    """Forking allowed here (xdist's own thread aside), small chunks and pieces so that a short
+    run streams many chunks and shares many pieces; yields the helpers' pids."""
+    pids = []
+    monkeypatch.setattr(parallel_write.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(parallel_write.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", 64)
+    monkeypatch.setattr(streaming_write, "_STEP_PIECE_ROWS", 100)
+    monkeypatch.setattr(streaming_write, "piece_rows", lambda num_rows: 7)
+    fork = parallel_write.os.fork
+
+    def recording_fork():
+        pid = fork()
+        if pid:
+            pids.append(pid)
+        return pid
+    monkeypatch.setattr(parallel_write.os, "fork", recording_fork)
+    yield pids
+    for pid in pids:   # no helper outlives its run
+        with pytest.raises(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+
+
+def prepared_run(path: Path, overrides=(), scheduler=None):
+    prepared = prepare(load_scenario(path, list(overrides)), [scheduler] if scheduler else [])
+    return prepared, prepared.runs[0]
+
+
+def run_and_write(target: Path, prepared, run, forked: bool) -> Path:
+    with ResultWriter(target, stream=forked) as writer:
+        out = simulate(prepared, run, step_log=writer.step_log)
+        return writer.finish(out.result.requests, out.summary)
+
+
+@pytest.mark.parametrize("scenario, overrides, scheduler", [
+    ("bench/standard.yaml", ["workload.num_requests=300"], "vllm_v1"),   # float times: arrays
+    ("scenarios/toy_unit.yaml", [], None),   # SimPy's int 0 among float times: cell by cell
+])
+def test_streamed_files_are_the_bytes_written_in_one_process(tmp_path, forks, scenario,
+                                                             overrides, scheduler):
+    prepared, run = prepared_run(ROOT / scenario, overrides, scheduler)
+    forked = run_and_write(tmp_path / "forked", prepared, run, forked=True)
+    plain = run_and_write(tmp_path / "plain", prepared, run, forked=False)
+    assert len(forks) == 1
+    for name in FILES:
+        assert (forked / name).read_bytes() == (plain / name).read_bytes(), name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["forked", "plain"]
+
+
+@pytest.mark.parametrize("share", ["a slow helper: the parent takes most pieces",
+                                   "the parent takes no piece"])
+def test_requests_csv_is_whole_however_the_pieces_are_shared(tmp_path, forks, monkeypatch,
+                                                             share):
+    """The helper's pieces go first into the file and the parent's are appended, whoever
+    formats how many."""
+    if share.startswith("a slow helper"):
+        parent, table_text = os.getpid(), streaming_write._table_text
+
+        def slow_in_the_helper(columns):
+            if os.getpid() != parent:
+                time.sleep(0.05)
+            return table_text(columns)
+        monkeypatch.setattr(streaming_write, "_table_text", slow_in_the_helper)
+    else:
+        monkeypatch.setattr(PieceDealer, "take_back", lambda self, watch_fd=None: None)
+    prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
+                                 "vllm_v1")
+    forked = run_and_write(tmp_path / "forked", prepared, run, forked=True)
+    plain = run_and_write(tmp_path / "plain", prepared, run, forked=False)
+    assert (forked / "requests.csv").read_bytes() == (plain / "requests.csv").read_bytes()
+
+
+def test_a_helper_failing_mid_run_raises_its_error_and_leaves_nothing(tmp_path, forks,
+                                                                      monkeypatch):
+    calls = []
+
+    def fail_second_time(chunks):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("disk full (helper)")
+        return streaming_write.csv_row_chunks([], 1)
+    monkeypatch.setattr(streaming_write, "_steps_text", fail_second_time)
+    prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
+                                 "vllm_v1")
+    with pytest.raises(OSError, match=r"disk full \(helper\)"):
+        run_and_write(tmp_path / "results" / "run", prepared, run, forked=True)
+    assert len(forks) == 1 and list((tmp_path / "results").iterdir()) == []
+
+
+def test_a_helper_failing_on_its_share_of_requests_raises_its_error(tmp_path, forks,
+                                                                    monkeypatch):
+    parent, piece_text = os.getpid(), streaming_write._table_text
+
+    def fail_in_the_helper(columns):
+        if os.getpid() != parent:
+            raise ValueError("bad piece")
+        return piece_text(columns)
+    monkeypatch.setattr(streaming_write, "_table_text", fail_in_the_helper)
+    prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
+                                 "vllm_v1")
+    with pytest.raises(ValueError, match="bad piece"):
+        run_and_write(tmp_path / "results" / "run", prepared, run, forked=True)
+    assert list((tmp_path / "results").iterdir()) == []
+
+
+@pytest.mark.parametrize("error", [RuntimeError("simulation failed"), KeyboardInterrupt()])
+def test_a_failure_during_the_run_ends_the_helper_and_leaves_nothing(tmp_path, forks, error):
+    prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
+                                 "vllm_v1")
+    with pytest.raises(type(error)):
+        with ResultWriter(tmp_path / "results" / "run", stream=True) as writer:
+            for i in range(200):   # some chunks streamed to the helper already
+                writer.step_log.append(i, i + 1, 1, 0, 1, 1, 0, 1, 0, 0.5, 0)
+            raise error
+    assert len(forks) == 1 and list((tmp_path / "results").iterdir()) == []
+
+
+def test_a_helper_killed_from_outside_is_an_error_not_a_hang(tmp_path, forks):
+    with pytest.raises(OSError, match="status -9"):
+        with ResultWriter(tmp_path / "results" / "run", stream=True) as writer:
+            os.kill(forks[0], signal.SIGKILL)
+            for i in range(10_000):   # the pipe breaks: the parent stops and says why
+                writer.step_log.append(i, i + 1, 1, 0, 1, 1, 0, 1, 0, 0.5, 0)
+    assert list((tmp_path / "results").iterdir()) == []
+
+
+def test_without_forking_the_same_writer_writes_in_one_process(tmp_path, forks, monkeypatch):
+    monkeypatch.setattr(parallel_write.threading, "active_count", lambda: 2)   # another thread
+    prepared, run = prepared_run(ROOT / "scenarios/toy_unit.yaml")
+    out = run_and_write(tmp_path / "run", prepared, run, forked=True)
+    assert forks == [] and sorted(p.name for p in out.iterdir()) == sorted(FILES)
+
+
+def test_write_results_of_a_finished_log_shares_the_work_too(tmp_path, forks, monkeypatch):
+    prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
+                                 "vllm_v1")
+    out = simulate(prepared, run)
+    args = out.result.requests, out.result.step_log, out.summary
+    monkeypatch.setattr(output, "MIN_FORKED_ROWS", 0)
+    forked = write_results(tmp_path / "forked", *args)
+    monkeypatch.setattr(output, "MIN_FORKED_ROWS", 10**12)
+    plain = write_results(tmp_path / "plain", *args)
+    assert len(forks) == 1
+    for name in FILES:
+        assert (forked / name).read_bytes() == (plain / name).read_bytes(), name
+
+
+def test_dealer_gives_each_piece_once_front_and_back_until_they_meet():
+    dealer = PieceDealer()
+    try:
+        dealer.deal(5)
+        taken = [dealer.take_front(), dealer.take_back(), dealer.take_back(), dealer.take_front(),
+                 dealer.take_front(), dealer.take_back(), dealer.take_front()]
+        assert taken == [0, 4, 3, 1, 2, None, None]
+    finally:
+        dealer.close()
+
+
+def test_servesim_run_streams_a_long_run_and_writes_the_same_files(tmp_path, forks,
+                                                                   monkeypatch):
+    from simulator import run_command
+    scenario = ROOT / "scenarios/toy_unit.yaml"
+    monkeypatch.setattr(run_command, "MIN_STREAMED_REQUESTS", 1)
+    run_command.run_scenario_file(scenario, tmp_path / "streamed", [], plots=False)
+    assert forks   # one helper per scheduler of the file
+    monkeypatch.setattr(run_command, "MIN_STREAMED_REQUESTS", 10**12)
+    monkeypatch.setattr(output, "MIN_FORKED_ROWS", 10**12)
+    run_command.run_scenario_file(scenario, tmp_path / "plain", [], plots=False)
+    runs = sorted(p.name for p in (tmp_path / "plain").iterdir())
+    assert sorted(p.name for p in (tmp_path / "streamed").iterdir()) == runs
+    assert len(forks) == len(runs)
+    for run in runs:
+        for name in FILES:
+            assert (tmp_path / "streamed" / run / name).read_bytes() == \
+                (tmp_path / "plain" / run / name).read_bytes(), (run, name)
