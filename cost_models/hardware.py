@@ -14,7 +14,7 @@ import csv
 import functools
 import math
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 
 GiB = 2**30
 _GB_PER_S = 1e9
@@ -24,10 +24,13 @@ _INLINE_OPTIONAL = ("interconnect_GBps", "fp8_tflops", "name")
 # An inline spec without an interconnect figure is taken to sit on PCIe Gen4 x16, the weakest link
 # any listed part has, so a tensor-parallel estimate errs towards slow rather than fast.
 _DEFAULT_INTERCONNECT_GBPS = 64.0
+CATALOG_CSV = Path(__file__).resolve().parent / "catalog" / "hardware.csv"
 
 
 @dataclass(frozen=True)
 class HardwareSpec:
+    """One accelerator's datasheet figures, in bytes and FLOP/s."""
+
     name: str
     memory_bytes: int
     memory_bandwidth_Bps: float
@@ -44,7 +47,7 @@ class HardwareSpec:
 @functools.cache
 def _catalog() -> tuple[tuple[HardwareSpec, ...], dict[str, str]]:
     """The presets in file order, and every accepted name (canonical and alias) -> canonical."""
-    text = resources.files("cost_models").joinpath("catalog/hardware.csv").read_text()
+    text = CATALOG_CSV.read_text(encoding="utf-8")
     specs, names = [], {}
     for row in csv.DictReader(text.splitlines()):
         spec = HardwareSpec(

@@ -13,6 +13,8 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class ModelSpec:
+    """The shapes of a decoder-only transformer (dense or MoE), as its config.json gives them."""
+
     name: str
     num_layers: int
     hidden_size: int

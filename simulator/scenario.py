@@ -77,6 +77,8 @@ class MetricsOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class Scenario:
+    """A whole scenario file, validated (``servesim schema`` prints its JSON Schema)."""
+
     name: Annotated[str, Constraint(pattern=NAME_PATTERN)]
     description: str = ""
     seed: NonNegativeInt = 0            # numpy seeds are non-negative

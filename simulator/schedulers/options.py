@@ -11,6 +11,8 @@ from cost_models.options import (Bool, Fraction, NonNegativeFloat, NonNegativeIn
 @options_config
 @dataclass(frozen=True)
 class SchedulerOptions:
+    """What a scenario's ``schedulers:`` entry sets for every preset."""
+
     preset: str = ""                     # filled from the scenario; the registry key
     name: str | None = None              # label in tables and the result folder (default: preset)
     max_num_seqs: PositiveInt | None = None          # None: the preset's / vLLM's default

@@ -19,6 +19,8 @@ BUILTIN_MODULES = {"static": "static", "faster_transformer": "static", "orca": "
 
 @dataclass(frozen=True)
 class Preset:
+    """A registered name: its policy class, the option defaults it sets, and one line about it."""
+
     name: str
     cls: type
     defaults: dict[str, Any] = field(default_factory=dict)
