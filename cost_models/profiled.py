@@ -204,8 +204,13 @@ class TableCostModel:
     _warned: list = field(init=False, repr=False, compare=False)
     _by_tokens: dict = field(init=False, repr=False, compare=False)
     _decode_terms: dict | None = field(init=False, repr=False, compare=False)
+    _grid: bool = field(init=False, repr=False, compare=False)
+    _skew: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # What step_time_s asks of the attention at every step, asked once.
+        object.__setattr__(self, "_grid", isinstance(self.attention, AttentionGrid))
+        object.__setattr__(self, "_skew", getattr(self.attention, "decode_skew", 0.0))
         object.__setattr__(self, "_warned", [self.fitted_range is None])
         # Table lookups by token and row counts, which repeat step after step (a decode run
         # keeps its rows): the same floats, computed once.
@@ -218,10 +223,10 @@ class TableCostModel:
         counts = step_counts(shape)
         if counts[0] == 0:
             return self.step_overhead_s
-        if not self._warned[0]:
+        if not self._warned[0] and not self._surely_inside(counts):
             self.fitted_range.warn_once(self.name, shape, counts, self._warned)
-        longest = _longest_decode(shape, counts) if getattr(self.attention, "decode_skew", 0.0) else 0
-        if counts[5] and isinstance(self.attention, AttentionGrid):   # a grid reads the prompt chunks
+        longest = _longest_decode(shape, counts) if self._skew else 0
+        if counts[5] and self._grid:   # a grid reads the prompt chunks
             return self._time_s(counts, shape.new_tokens, shape.context_tokens, longest)
         return self._time_s(counts, None, None, longest)
 
@@ -260,6 +265,13 @@ class TableCostModel:
             ends.append(now_s)
             decode_pairs += context_step
         return ends
+
+    def _surely_inside(self, counts: tuple) -> bool:
+        """A cheap sufficient test that a step lies inside the fitted range (FittedRange.outside:
+        no sequence is longer than the context and new tokens of all of them)."""
+        fitted = self.fitted_range
+        return (counts[0] <= fitted.max_tokens and counts[-1] <= fitted.max_seqs
+                and counts[1] + counts[4] + counts[0] <= fitted.max_context)
 
     def _surely_fitted(self, num_seqs: int, longest: int) -> bool:
         """A cheap sufficient test that a decode step lies inside the fitted range (FittedRange.outside)."""
@@ -308,7 +320,7 @@ class TableCostModel:
     def _time_s(self, counts: tuple, new, ctx, longest_decode: int) -> float:
         per_layer, whole_s, sampling_s = self._terms(counts[0], counts[6])
         attention = self.attention.time_s(new, ctx, counts, longest_decode)
-        if isinstance(self.attention, AttentionGrid):
+        if self._grid:
             per_layer += attention
             attention = 0.0
         time_s = self.num_layers * per_layer + attention + self.step_overhead_s

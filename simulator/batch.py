@@ -68,4 +68,4 @@ class Batch:
         """The features a cost model needs; padded rows decode one discarded token."""
         shape = BatchShape.from_lists(self.new_tokens, self.context_tokens, self.samples,
                                       self.cohort_rows or (0, 0, 0))
-        return shape.with_padding_rows(self.num_padding_rows)
+        return shape.with_padding_rows(self.num_padding_rows) if self.num_padding_rows else shape

@@ -11,11 +11,10 @@ import numpy as np
 
 from cost_models.batch_shape import BatchShape
 
-# Segments longer than this are priced as one numpy expression (decode_step_times_s), shorter
-# ones by the model's own loop (decode_step_ends). Callgrind on the 2k-request peer runs could
-# not tell 24, 64, 256 and never vectorising apart (within 1.5%): numpy's fixed cost per call is
-# repaid only by long segments (static batches, closed loops), hence a threshold well above the
-# peer's ~16-step runs.
+# The model's own loop (decode_step_ends) prices up to this many steps of a segment; steps past
+# them go as one numpy expression (decode_step_times_s) where the model has it. Callgrind on the
+# 2k-request peer runs could not tell 24, 64, 256 and never vectorising apart (within 1.5%):
+# numpy's fixed cost per call is repaid only by long segments (static batches, closed loops).
 _LOOP_STEPS = 64
 
 
@@ -32,25 +31,42 @@ class DecodeSegment:
     def ends(self, cost_model, context, last_step, now_s: float, first: int, stop: int,
              next_arrival_s: float) -> list[float]:
         """End times of steps first..stop-1, stopping before one that starts at or after the
-        next arrival. Clock additions are sequential, as SimPy's."""
-        if stop - first > _LOOP_STEPS and getattr(cost_model, "decode_step_times_s", None):
-            ends = self._vector_ends(cost_model, context, last_step, now_s, first, stop, next_arrival_s)
-            if ends is not None:
-                return ends
+        next arrival. Clock additions are sequential, as SimPy's. The model's own loop prices
+        the first _LOOP_STEPS steps (an arrival usually comes first); a longer rest goes by numpy
+        where the model can."""
+        out: list[float] = []
         loop = getattr(cost_model, "decode_step_ends", None)
         if loop is not None:
-            rows, pad, longest = self.rows + self.pad, self.pad, self.longest + first
-            ends = loop(rows, self.context_sum + first * self.rows + pad * longest, rows, longest,
-                        now_s, stop - first, next_arrival_s)
-            if ends is not None:
-                return ends
-        price, out = self._pricer(cost_model, context, last_step), []
+            n = min(stop - first, _LOOP_STEPS)
+            head = self._loop_ends(loop, now_s, first, n, next_arrival_s)
+            if head is not None:
+                if len(head) < n or first + n == stop:
+                    return head   # the next arrival or the segment's end came first
+                out, now_s, first = head, head[-1], first + n
+        if stop - first > _LOOP_STEPS and getattr(cost_model, "decode_step_times_s", None):
+            rest = self._vector_ends(cost_model, context, last_step, now_s, first, stop, next_arrival_s)
+            if rest is not None:
+                out.extend(rest)
+                return out
+        if loop is not None:
+            rest = self._loop_ends(loop, now_s, first, stop - first, next_arrival_s)
+            if rest is not None:
+                out.extend(rest)
+                return out
+        price = self._pricer(cost_model, context, last_step)
         for i in range(first, stop):
             if now_s >= next_arrival_s:
                 break
             now_s = now_s + price(i)
             out.append(now_s)
         return out
+
+    def _loop_ends(self, loop, now_s: float, first: int, num_steps: int,
+                   next_arrival_s: float) -> list[float] | None:
+        """The model's decode_step_ends for steps first..first+num_steps-1 (None: it declines)."""
+        rows, pad, longest = self.rows + self.pad, self.pad, self.longest + first
+        return loop(rows, self.context_sum + first * self.rows + pad * longest, rows, longest,
+                    now_s, num_steps, next_arrival_s)
 
     def _vector_ends(self, cost_model, context, last_step, now_s: float, first: int, stop: int,
                      next_arrival_s: float) -> list[float] | None:

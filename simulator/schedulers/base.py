@@ -142,10 +142,10 @@ class Scheduler:
         cohort = self.cohort
         if cohort is not None and len(cohort):
             kv = self.kv
-            due = sum(1 for r in decoders if r.num_computed_tokens >= kv.num_token_slots_of(r))
+            due = sum(1 for r in decoders if r.num_computed_tokens >= kv.num_token_slots_of(r)) if decoders else 0
             if cohort.begin_step(reserve_blocks=due):
                 batch.cohort_rows = cohort.decode_rows()
-                return len(cohort) + self.schedule_decodes(batch, decoders)
+                return len(cohort) + (self.schedule_decodes(batch, decoders) if decoders else 0)
             chosen = set(cohort.members).union(decoders)
             cohort.dissolve()
             decoders = [r for r in self.running if r in chosen]

@@ -36,8 +36,12 @@ class SarathiScheduler(Scheduler):
         self.running.sort(key=_ARRIVAL)  # oldest first (§4 step 1)
         # A cohort's members decode as one block of rows; the others are asked again after the
         # decodes, which may have preempted some or dissolved the cohort.
-        budget = self.options.max_num_batched_tokens - self._schedule_decodes(batch, self.non_members())
-        budget = self._schedule_partial_prefills(batch, budget, self.non_members())
+        others = self.non_members()
+        num_members = len(self.cohort) if self.cohort is not None else 0
+        budget = self.options.max_num_batched_tokens - self._schedule_decodes(batch, others)
+        if batch.num_preempted or (self.cohort is not None and len(self.cohort) != num_members):
+            others = self.non_members()   # a preemption or a dissolved cohort changed them
+        budget = self._schedule_partial_prefills(batch, budget, others)
         self._schedule_new(batch, budget, now_s)
         return batch
 

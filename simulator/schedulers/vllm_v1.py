@@ -71,7 +71,8 @@ class VllmV1Scheduler(Scheduler):
                 first = num_members
             else:
                 cohort.dissolve()
-        budget = self._schedule_running(batch, budget, first)
+        if first < len(self.running):   # else every running request is a member
+            budget = self._schedule_running(batch, budget, first)
         if batch.num_preempted == 0:  # Phase B is skipped in a step that preempted (trap 4)
             self._schedule_waiting(batch, budget, now_s)
         if self.async_scheduling:  # tokens this step will sample count before they exist
