@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 
-from cost_models.options import (Bool, Constraint, NonNegativeInt, PositiveFloat, PositiveInt,
+from cost_models.options import (Bool, Constraint, LazyClass, NonNegativeInt, PositiveInt,
                                  UnitInterval, options_config)
 from simulator.schedulers.registry import get_preset, preset_names
 from simulator.strict_fields import Unsure, build
@@ -40,6 +40,7 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 # The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.
 GpuBlocks = Annotated[int, Constraint(strict=True, ge=2)]
 Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
+GoodputSpec = Annotated[object, LazyClass("simulator.goodput:GoodputSLOs")]
 
 
 @options_config
@@ -58,20 +59,9 @@ class EngineOptions:
 
 @options_config
 @dataclass(frozen=True)
-class GoodputSLOs:
-    ttft_ms: PositiveFloat | None = None
-    tpot_ms: PositiveFloat | None = None
-    e2el_ms: PositiveFloat | None = None
-
-    def as_dict(self) -> dict[str, float]:
-        return {k.removesuffix("_ms"): v for k, v in vars(self).items() if v is not None}
-
-
-@options_config
-@dataclass(frozen=True)
 class MetricsOptions:
     percentiles: tuple[Percentile, ...] = (90.0, 95.0, 99.0)
-    goodput: GoodputSLOs | None = None
+    goodput: GoodputSpec | None = None
     record_itl_gaps: Bool = True        # exact ITL percentiles; memory grows with tokens
 
 

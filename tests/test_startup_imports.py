@@ -70,6 +70,8 @@ def test_run_without_plots_imports_no_plotting_or_fitting_package(tmp_path: Path
 @pytest.mark.parametrize("kind, needed, not_needed", [
     ("{kind: unit}", "cost_models.unit", ("cost_models.roofline", "cost_models.profiles")),
     ("{kind: roofline}", "cost_models.roofline", ("cost_models.profiles", "cost_models.profiled")),
+    ("{kind: profiled, profile: h200-llama-3.1-8b-eager}", "cost_models.parametric",   # parametric form
+     ("cost_models.profiled", "cost_models.roofline")),
 ])
 def test_run_imports_only_its_own_cost_model_kind(tmp_path: Path, kind, needed, not_needed):
     modules = modules_after("run", str(write_scenario(tmp_path, kind)), "--no-plots",
@@ -88,12 +90,14 @@ def test_run_loads_neither_numpys_masked_arrays_nor_other_presets(tmp_path: Path
     assert modules.isdisjoint(others), sorted(modules & others)
 
 
-def test_run_imports_only_the_workload_kinds_its_scenario_names(tmp_path: Path):
-    """Poisson arrivals and fixed lengths: no other option class of simulator/workload/kinds/."""
+def test_run_imports_only_the_option_classes_its_scenario_names(tmp_path: Path):
+    """Poisson arrivals and fixed lengths: no other class of simulator/workload/kinds/, and no
+    goodput block."""
     modules = modules_after("run", str(write_scenario(tmp_path, "{kind: unit}")), "--no-plots",
                             "-o", str(tmp_path / "out"))
     kinds = {m for m in modules if m.startswith("simulator.workload.kinds.")}
     assert kinds == {"simulator.workload.kinds.poisson", "simulator.workload.kinds.fixed"}
+    assert "simulator.goodput" not in modules
 
 
 def test_a_bad_value_still_gets_pydantics_one_line_error(tmp_path: Path):

@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cost_models.base import StepCostModel
 from cost_models.hardware import load_hardware
 from cost_models.model_spec import load_model
 from cost_models.parametric import FittedRange, ParametricCostModel
-from cost_models.profiled import AttentionGrid, RooflineAttention, Table1D, TableCostModel
+
+if TYPE_CHECKING:
+    from cost_models.profiled import Table1D, TableCostModel
 
 PROFILES_DIR = Path(__file__).resolve().parent
 FORMAT = "servesim-cost-model/1"
@@ -64,6 +67,8 @@ def _parametric(data: dict, tp: int, step_overhead_s: float | None) -> Parametri
 
 
 def _tables(data: dict, tp: int, step_overhead_s: float | None) -> TableCostModel:
+    # Imported here: a parametric profile's run needs none of the table machinery.
+    from cost_models.profiled import AttentionGrid, RooflineAttention, Table1D, TableCostModel
     section = data["tensor_parallel"].get(str(tp))
     if section is None:
         raise ValueError(f"engine.tensor_parallel_size: {tp} is not profiled in cost model {data['name']!r} "
