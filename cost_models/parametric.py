@@ -26,58 +26,14 @@ linear terms above a flat knee can follow. Files written before it existed load 
 from __future__ import annotations
 
 import math
-import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from cost_models.batch_shape import BatchShape
-
-
-@dataclass(frozen=True)
-class FittedRange:
-    """The batch shapes a fitted model has seen, so a run can say when it extrapolates."""
-    max_tokens: int          # new tokens in one step
-    max_seqs: int            # sequences in one step
-    max_context: int         # context + new tokens of any one sequence
-
-    def outside(self, shape: BatchShape | None, counts: tuple, longest: int | None = None) -> str | None:
-        """A one-phrase description of how the shape leaves the range, or None if it is inside.
-        ``longest`` (context + new tokens of the longest sequence) stands in for ``shape``."""
-        tokens, num_seqs = counts[0], counts[-1]
-        if tokens > self.max_tokens:
-            return f"{tokens} tokens > fitted {self.max_tokens}"
-        if num_seqs > self.max_seqs:
-            return f"{num_seqs} sequences > fitted {self.max_seqs}"
-        if num_seqs and counts[1] + counts[4] + tokens > self.max_context:  # else no sequence can be
-            if longest is None:
-                longest = shape.longest_sequence
-            if longest > self.max_context:
-                return f"a sequence of {longest} tokens > fitted {self.max_context}"
-        return None
-
-    def warn_once(self, model_name: str, shape: BatchShape | None, counts: tuple, warned: list,
-                  longest: int | None = None) -> None:
-        """One RuntimeWarning per model instance, naming the first shape outside the range."""
-        problem = self.outside(shape, counts, longest)
-        if problem:
-            warned[0] = True
-            warnings.warn(f"cost model {model_name!r}: batch shape outside the fitted range "
-                          f"({problem}); the time is extrapolated (further shapes are not reported)",
-                          RuntimeWarning, stacklevel=3)
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: dict) -> "FittedRange":
-        return cls(int(data["max_tokens"]), int(data["max_seqs"]), int(data["max_context"]))
-
-    @classmethod
-    def of_shapes(cls, shapes: list[BatchShape]) -> "FittedRange":
-        return cls(max_tokens=max(s.num_tokens for s in shapes),
-                   max_seqs=max(s.num_seqs for s in shapes),
-                   max_context=max(s.longest_sequence for s in shapes if s.num_seqs))
+# FittedRange and the work counts serve the table form too (cost_models/profiled.py); they live in
+# their own module so that a table model's run does not create this module's class.
+from cost_models.fitted_range import FittedRange, decode_counts, step_counts  # noqa: F401 (re-exported)
 
 
 # Linear terms in the order of the feature vector after the knee term.
@@ -86,18 +42,6 @@ TERMS = ("step_overhead_s", "linear_s_per_token", "token_s", "decode_ctx_s_per_t
          "sample_s_per_seq", "seq_sqrt_s")
 # Terms added after the first files were written: a file without one means the term is 0.
 LATER_TERMS = ("seq_sqrt_s",)
-NUM_COUNTS = 8  # work counts per step, see step_counts
-
-
-def step_counts(shape: BatchShape) -> tuple[float, ...]:
-    """(tokens, decode_ctx, num_decodes, prefill_pairs, prefill_ctx, num_prefills, num_sampled,
-    num_seqs): BatchShape.work_counts (computed once per shape)."""
-    return shape.work_counts
-
-
-def decode_counts(num_seqs: int, context_sum: int) -> tuple[float, ...]:
-    """step_counts of a step in which every sequence decodes and samples one token."""
-    return (num_seqs, context_sum, num_seqs, 0.0, 0, 0, num_seqs, num_seqs)
 
 
 def design_row(counts: tuple[float, ...], knee_tokens: float) -> list[float]:

@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 
 from cost_models.base import StepCostModel
 from cost_models.hardware import load_hardware
+from cost_models.fitted_range import FittedRange
 from cost_models.model_spec import load_model
-from cost_models.parametric import FittedRange, ParametricCostModel
 
 if TYPE_CHECKING:
+    from cost_models.parametric import ParametricCostModel
     from cost_models.profiled import Table1D, TableCostModel
 
 PROFILES_DIR = Path(__file__).resolve().parent
@@ -56,6 +57,7 @@ def load_cost_model(data: dict, tensor_parallel_size: int = 1, step_overhead_s: 
 
 
 def _parametric(data: dict, tp: int, step_overhead_s: float | None) -> ParametricCostModel:
+    from cost_models.parametric import ParametricCostModel  # here: a table model's run needs none
     if tp != data.get("tensor_parallel_size", 1):
         raise ValueError(f"engine.tensor_parallel_size: {tp} differs from the {data['tensor_parallel_size']} "
                          f"that cost model {data['name']!r} was measured at")
@@ -67,8 +69,7 @@ def _parametric(data: dict, tp: int, step_overhead_s: float | None) -> Parametri
 
 
 def _tables(data: dict, tp: int, step_overhead_s: float | None) -> TableCostModel:
-    # Imported here: a parametric profile's run needs none of the table machinery.
-    from cost_models.profiled import AttentionGrid, RooflineAttention, Table1D, TableCostModel
+    from cost_models.profiled import AttentionGrid, RooflineAttention, Table1D, TableCostModel  # likewise
     section = data["tensor_parallel"].get(str(tp))
     if section is None:
         raise ValueError(f"engine.tensor_parallel_size: {tp} is not profiled in cost model {data['name']!r} "

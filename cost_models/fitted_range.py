@@ -1,0 +1,68 @@
+"""The batch shapes a fitted cost model has seen, and the work counts both fitted forms (parametric
+and tables) price a step by."""
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass
+
+from cost_models.batch_shape import BatchShape
+
+
+@dataclass(frozen=True)
+class FittedRange:
+    """The batch shapes a fitted model has seen, so a run can say when it extrapolates."""
+    max_tokens: int          # new tokens in one step
+    max_seqs: int            # sequences in one step
+    max_context: int         # context + new tokens of any one sequence
+
+    def outside(self, shape: BatchShape | None, counts: tuple, longest: int | None = None) -> str | None:
+        """A one-phrase description of how the shape leaves the range, or None if it is inside.
+        ``longest`` (context + new tokens of the longest sequence) stands in for ``shape``."""
+        tokens, num_seqs = counts[0], counts[-1]
+        if tokens > self.max_tokens:
+            return f"{tokens} tokens > fitted {self.max_tokens}"
+        if num_seqs > self.max_seqs:
+            return f"{num_seqs} sequences > fitted {self.max_seqs}"
+        if num_seqs and counts[1] + counts[4] + tokens > self.max_context:  # else no sequence can be
+            if longest is None:
+                longest = shape.longest_sequence
+            if longest > self.max_context:
+                return f"a sequence of {longest} tokens > fitted {self.max_context}"
+        return None
+
+    def warn_once(self, model_name: str, shape: BatchShape | None, counts: tuple, warned: list,
+                  longest: int | None = None) -> None:
+        """One RuntimeWarning per model instance, naming the first shape outside the range."""
+        problem = self.outside(shape, counts, longest)
+        if problem:
+            warned[0] = True
+            warnings.warn(f"cost model {model_name!r}: batch shape outside the fitted range "
+                          f"({problem}); the time is extrapolated (further shapes are not reported)",
+                          RuntimeWarning, stacklevel=3)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "FittedRange":
+        return cls(int(data["max_tokens"]), int(data["max_seqs"]), int(data["max_context"]))
+
+    @classmethod
+    def of_shapes(cls, shapes: list[BatchShape]) -> "FittedRange":
+        return cls(max_tokens=max(s.num_tokens for s in shapes),
+                   max_seqs=max(s.num_seqs for s in shapes),
+                   max_context=max(s.longest_sequence for s in shapes if s.num_seqs))
+
+
+NUM_COUNTS = 8  # work counts per step, see step_counts
+
+
+def step_counts(shape: BatchShape) -> tuple[float, ...]:
+    """(tokens, decode_ctx, num_decodes, prefill_pairs, prefill_ctx, num_prefills, num_sampled,
+    num_seqs): BatchShape.work_counts (computed once per shape)."""
+    return shape.work_counts
+
+
+def decode_counts(num_seqs: int, context_sum: int) -> tuple[float, ...]:
+    """step_counts of a step in which every sequence decodes and samples one token."""
+    return (num_seqs, context_sum, num_seqs, 0.0, 0, 0, num_seqs, num_seqs)
