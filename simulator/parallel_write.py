@@ -25,7 +25,6 @@ import threading
 from typing import Any, Callable
 
 _PIPE_BYTES = 1 << 20   # a step-log chunk (8,192 rows, 720 kB) fits: the parent rarely waits
-_LENGTH = struct.Struct("<Q")
 _PR_SET_PDEATHSIG = 1
 _SPILLED = (1 << 64) - 1   # a frame's buffer count meaning "in the spill file, at this offset"
 
@@ -141,7 +140,8 @@ class PieceDealer:
         os.write(self._write_fd, self._TOKEN.pack(0, num_pieces))
 
     def take_front(self, watch_fd: int | None = None) -> int | None:
-        """The next front piece, or None when none is left (or ``watch_fd`` became readable)."""
+        """The next front piece, or None when none is left or ``watch_fd`` is readable (the
+        other process's status pipe: it ends only when no piece is left, or on a failure)."""
         return self._take(lambda front, back: (front, front + 1, back), watch_fd)
 
     def take_back(self, watch_fd: int | None = None) -> int | None:
@@ -164,12 +164,12 @@ class PieceDealer:
         watched = [self._read_fd] if watch_fd is None else [self._read_fd, watch_fd]
         while True:
             ready = select.select(watched, [], [])[0]
-            if self._read_fd in ready:
-                try:
-                    return self._TOKEN.unpack(os.read(self._read_fd, self._TOKEN.size))
-                except BlockingIOError:   # the other process took it first
-                    continue
-            return None   # watch_fd readable: the other process has ended without the token
+            if watch_fd in ready:   # the other process has ended: with no piece left, or failed
+                return None
+            try:
+                return self._TOKEN.unpack(os.read(self._read_fd, self._TOKEN.size))
+            except BlockingIOError:   # the other process took it first
+                continue
 
 
 def _run_child(job: Callable[[Inbox], None], inbox: Inbox, status_fd: int, parent: int) -> None:
@@ -177,8 +177,8 @@ def _run_child(job: Callable[[Inbox], None], inbox: Inbox, status_fd: int, paren
     cleanup (atexit handlers, buffered output and ``finally`` blocks are the parent's)."""
     code = 0
     try:
-        _die_with_parent(parent)
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
+        _die_with_parent(parent)
         job(inbox)
     except BaseException as exc:   # noqa: BLE001 (sent to the parent, which raises it)
         _send_error(status_fd, exc)
