@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cost_models.base import decode_step_ends_from_terms
 from cost_models.batch_shape import BatchShape
 from cost_models.parametric import FittedRange, decode_counts, step_counts
 
@@ -239,32 +240,35 @@ class TableCostModel:
                                         self._warned, longest + 1)
         if self._decode_terms is None:
             return self._time_s(decode_counts(num_seqs, context_sum), None, None, longest)
+        base, a, b, q, c1, c2, c3 = self._roofline_step_terms(num_seqs)
+        pairs = context_sum + num_seqs
+        return (((base + max(a * pairs, b * pairs + q)) + c1) + c2) + c3
+
+    def decode_step_terms(self, num_seqs: int, longest: int = 0) -> tuple | None:
+        """cost_models.base's decode-step terms (None for a grid, or when a step up to context
+        ``longest`` may leave the fitted range: such steps go one by one, which warns)."""
+        if self._decode_terms is None or not (self._warned[0] or self._surely_fitted(num_seqs, longest)):
+            return None
+        return self._roofline_step_terms(num_seqs)
+
+    def _roofline_step_terms(self, num_seqs: int) -> tuple:
+        """The layers, the roofline attention, the step overhead, the whole-model kernels and
+        sampling: _time_s's order."""
         layers_s, q_s, (whole_s, sampling_s) = self._roofline_decode_terms(num_seqs)
         k = self.attention._k
-        decode_pairs = context_sum + num_seqs
-        return (layers_s + max(k.attn_s_per_pair * decode_pairs, k.kv_s_per_token * decode_pairs + q_s)
-                + self.step_overhead_s + whole_s + sampling_s)
+        return (layers_s, k.attn_s_per_pair, k.kv_s_per_token, q_s, self.step_overhead_s, whole_s,
+                sampling_s)
 
     def decode_step_ends(self, num_seqs: int, context_sum: int, context_step: int, longest: int,
                          now_s: float, num_steps: int, next_arrival_s: float) -> list[float] | None:
         """RooflineCostModel.decode_step_ends for a profile with the roofline's attention (None
         for a grid, or when the run may leave the fitted range: its steps are then priced one
         by one, which warns)."""
-        if self._decode_terms is None or not (self._warned[0] or self._surely_fitted(num_seqs, longest + num_steps)):
+        terms = self.decode_step_terms(num_seqs, longest + num_steps)
+        if terms is None:
             return None
-        layers_s, q_s, (whole_s, sampling_s) = self._roofline_decode_terms(num_seqs)
-        k, overhead_s = self.attention._k, self.step_overhead_s
-        attn_s_per_pair, kv_s_per_token = k.attn_s_per_pair, k.kv_s_per_token
-        decode_pairs = context_sum + num_seqs
-        ends = []
-        for _ in range(num_steps):
-            if now_s >= next_arrival_s:
-                break
-            time_s = layers_s + max(attn_s_per_pair * decode_pairs, kv_s_per_token * decode_pairs + q_s) + overhead_s
-            now_s = now_s + (time_s + whole_s + sampling_s)
-            ends.append(now_s)
-            decode_pairs += context_step
-        return ends
+        return decode_step_ends_from_terms(terms, num_seqs, context_sum, context_step, now_s,
+                                           num_steps, next_arrival_s)
 
     def _surely_inside(self, counts: tuple) -> bool:
         """A cheap sufficient test that a step lies inside the fitted range (FittedRange.outside:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cost_models.base import decode_step_ends_from_terms
 from cost_models.batch_shape import BatchShape
 from cost_models.hardware import HardwareSpec
 from cost_models.memory import check_tensor_parallel_size
@@ -83,30 +84,25 @@ class RooflineCostModel:
         """A step in which ``num_seqs`` sequences decode and sample one token each over
         ``context_sum`` tokens of KV in all: the multi-step advance prices whole decode runs
         with this, and step_time_s routes such steps here too, so both agree to the bit."""
+        base, a, b, q, c1, c2, c3 = self.decode_step_terms(num_seqs, longest)
+        pairs = context_sum + num_seqs
+        return (((base + max(a * pairs, b * pairs + q)) + c1) + c2) + c3
+
+    def decode_step_terms(self, num_seqs: int, longest: int = 0) -> tuple:
+        """cost_models.base's decode-step terms: the linear layers, then the attention's
+        roofline, then sampling, all-reduces and the step overhead (_sampling_and_rest_s's order)."""
         linear_s, q_s, sampling_s, allreduce_s = self._decode_terms_of(num_seqs)
         k = self._k
-        decode_pairs = context_sum + num_seqs
-        time_s = linear_s + max(k.attn_s_per_pair * decode_pairs, k.kv_s_per_token * decode_pairs + q_s)
-        return time_s + sampling_s + allreduce_s + self.step_overhead_s   # _sampling_and_rest_s's order
+        return (linear_s, k.attn_s_per_pair, k.kv_s_per_token, q_s, sampling_s, allreduce_s,
+                self.step_overhead_s)
 
     def decode_step_ends(self, num_seqs: int, context_sum: int, context_step: int, longest: int,
                          now_s: float, num_steps: int, next_arrival_s: float) -> list[float]:
         """The clock after each of up to ``num_steps`` decode steps from ``now_s``: step i is
-        decode_step_time_s(num_seqs, context_sum + i * context_step), written out in a loop, its
-        time added to the clock in turn as SimPy does; none starts at or after next_arrival_s.
-        The hot loop of a multi-step advance (decode_pricing.DecodeSegment)."""
-        linear_s, q_s, sampling_s, allreduce_s = self._decode_terms_of(num_seqs)
-        attn_s_per_pair, kv_s_per_token, overhead_s = self._k.attn_s_per_pair, self._k.kv_s_per_token, self.step_overhead_s
-        decode_pairs = context_sum + num_seqs
-        ends = []
-        for _ in range(num_steps):
-            if now_s >= next_arrival_s:
-                break
-            time_s = linear_s + max(attn_s_per_pair * decode_pairs, kv_s_per_token * decode_pairs + q_s)
-            now_s = now_s + (time_s + sampling_s + allreduce_s + overhead_s)
-            ends.append(now_s)
-            decode_pairs += context_step
-        return ends
+        decode_step_time_s(num_seqs, context_sum + i * context_step), its time added to the clock
+        in turn as SimPy does; none starts at or after next_arrival_s (decode_pricing)."""
+        return decode_step_ends_from_terms(self.decode_step_terms(num_seqs), num_seqs, context_sum,
+                                           context_step, now_s, num_steps, next_arrival_s)
 
     def _decode_terms_of(self, num_seqs: int) -> tuple:
         """The parts of decode_step_time_s that depend on the row count only, each computed by

@@ -30,6 +30,10 @@ class UnitCostModel:
         """An all-decode step (see RooflineCostModel.decode_step_time_s)."""
         return self.fixed_step_time_s
 
+    def decode_step_terms(self, num_seqs: int, longest: int = 0) -> tuple:
+        """cost_models.base's decode-step terms: the fixed time plus zeros (exact: x + 0.0 == x)."""
+        return (self.fixed_step_time_s, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
 
 def _check_positive(field: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \

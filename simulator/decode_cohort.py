@@ -17,7 +17,9 @@ identities (a prefix cache with hashes), the blocks go one by one in running ord
 is taken decides what is evicted later), from a sorted list of (cohort step, join key, request).
 A member leaves at the step that emits its last token (rule 1.3.2), from a sorted list too; so a
 step costs O(1) plus its leavers (and its new blocks once they have identities), and a whole
-multi-step advance is planned from these lists (``plan_run``) without touching other members.
+multi-step advance is priced and carried out from these lists in one pass (``run``, when the
+cost model gives its decode-step terms; else priced by ``plan_run``, carried out by
+``carry_out``) without touching other members.
 
 Exactness: the fields a member gets on leaving equal those of stepping it one token at a time,
 except ``itl_sq_sum_s2``, summed here by differences of running sums (the std ITL it gives
@@ -258,26 +260,66 @@ class DecodeCohort:
             self._drop_old_steps()
         return self._leavers(g)
 
-    def advance(self, ends_s: list[float], leave) -> tuple[list[float], list[int]] | None:
-        """Carry out a planned run of decode steps (DecodeCohort.plan_run) in one call: the
-        same state as begin_step and end_step at each of ``ends_s`` gives, with the per-step
-        work inlined. ``leave(requests, end_s)`` is told of each step's leavers (materialised,
-        still holding their blocks). Returns each step's KV usage and member count after it,
-        or None (nothing done) when blocks have identities: they go one by one (begin_step)."""
+    def carry_out(self, ends_s: list[float], leave) -> tuple[list[float], list[int]] | None:
+        """Carry out decode steps priced beforehand (plan_run), ending at ``ends_s``: run()'s
+        state changes. Returns each step's KV usage and member count after it, or None
+        (nothing done) when blocks have identities: they go one by one (begin_step)."""
         if not self._counted:
             return None
-        kv, g0 = self.kv, self.num_steps
+        done = self.run(None, -math.inf, ends_s[-1], True, leave, planned_ends=ends_s)
+        if done is None or len(done[0]) < len(ends_s):
+            raise AssertionError("a planned decode run ran out of KV blocks")  # plan_run's bug
+        return done[1], done[2]
+
+    def run(self, terms_of, start_s: float, next_arrival_s: float, through_finishes: bool,
+            leave, planned_ends: list[float] | None = None,
+            ) -> tuple[list[float], list[float], list[int]] | None:
+        """Plan and carry out the coming decode steps in one pass (blocks counted): what
+        plan_run then carry_out do, step by step as begin_step and end_step would. Steps are
+        priced from ``terms_of(rows, longest) -> terms`` (cost_models.base: the one decode-step
+        expression; None: the model will not price these rows so). Stops before a step that
+        starts at or after the next arrival, that needs more blocks than are free, or that the
+        model will not price; after the last leaver (the first, unless ``through_finishes``).
+        ``leave(requests, end_s)`` is told of each step's leavers. Returns the steps' end times,
+        KV usage and member count after each, or None when not even one step can be taken
+        (nothing changed). ``planned_ends``: carry out steps priced beforehand (plan_run),
+        ending at these times, instead of pricing them."""
+        if planned_ends is not None:
+            next_arrival_s = planned_ends[-1]   # stops right after the last planned step
+        finishes = self._finishes
+        if not self._counted or not finishes or start_s >= next_arrival_s:
+            return None
+        kv, g = self.kv, self.num_steps
         bs, total, due_at_phase, later = kv.block_size, kv.num_total_blocks, self._due_at_phase, self._later
-        finishes, ends, gaps, sq_prefix = self._finishes, self.ends, self.gaps, self.sq_prefix
+        ends, gaps, sq_prefix = self.ends, self.gaps, self.sq_prefix
         max_steps, max_gaps = self._max_steps, self._max_gaps
-        free, num_members = kv.num_free_blocks, len(self.members)
-        next_leave = finishes[0][0] if finishes else -1
-        last_s, sq = (ends[-1], sq_prefix[-1]) if g0 > self.first else (None, None)
-        usage, num_running = [], []
-        for g, now_s in enumerate(ends_s, g0):
-            while later and later[0][0] < g + bs:
+        limit = finishes[-1][0] if through_finishes else finishes[0][0]   # the last step allowed
+        rows = len(self.members)
+        terms = terms_of(rows, self._bases[-1][0] + limit) if planned_ends is None else (0,) * 7
+        if terms is None:
+            return None
+        base, a, b, q, c1, c2, c3 = terms
+        pairs = self.base_sum + rows * g + rows   # the coming step's total context + rows
+        g0 = g
+        free, next_leave, now_s = kv.num_free_blocks, finishes[0][0], start_s
+        last_s, sq = (ends[-1], sq_prefix[-1]) if ends else (None, None)
+        out_ends: list[float] = []
+        usage: list[float] = []
+        num_running: list[int] = []
+        while True:
+            while later and later[0][0] < g + bs:   # first blocks due within a block_size
                 due_at_phase[later.pop(0)[0] % bs] += 1
-            free -= due_at_phase[g % bs]
+            need = due_at_phase[g % bs]
+            if need > free:
+                break
+            free -= need
+            if planned_ends is None:
+                # cost_models.base's expression (the hot loop of every decode run: written out)
+                ap, bp = a * pairs, b * pairs + q
+                now_s = now_s + (((base + (bp if bp > ap else ap)) + c1) + c2 + c3)
+                pairs += rows
+            else:
+                now_s = planned_ends[g - g0]
             if last_s is not None:
                 gap = now_s - last_s
                 gaps.append(gap)
@@ -291,23 +333,38 @@ class DecodeCohort:
             else:
                 sq = sq_prefix[-1]
             ends.append(now_s)
+            out_ends.append(now_s)
             last_s = now_s
             if next_leave == g:
-                if free < 0:
-                    raise AssertionError("a planned decode run ran out of KV blocks")  # plan_run's bug
                 kv.num_free_blocks, self.num_steps, self._taken_through = free, g + 1, g
                 leave(self._leavers(g), now_s)
-                free, num_members = kv.num_free_blocks, len(self.members)
-                next_leave = finishes[0][0] if finishes else -1
-            usage.append(1.0 - free / total)
-            num_running.append(num_members)
-        if free < 0:
-            raise AssertionError("a planned decode run ran out of KV blocks")  # plan_run's bug
-        kv.num_free_blocks, self.num_steps = free, g0 + len(ends_s)
-        self._taken_through = self.num_steps - 1
+                free, rows = kv.num_free_blocks, len(self.members)
+                usage.append(1.0 - free / total)
+                num_running.append(rows)
+                g += 1
+                if g > limit or not rows:
+                    break
+                next_leave = finishes[0][0]
+                if planned_ends is None:
+                    terms = terms_of(rows, self._bases[-1][0] + limit)
+                if terms is None:
+                    break
+                base, a, b, q, c1, c2, c3 = terms
+                pairs = self.base_sum + rows * g + rows
+            else:
+                usage.append(1.0 - free / total)
+                num_running.append(rows)
+                g += 1
+                if g > limit:
+                    break
+            if now_s >= next_arrival_s:
+                break
+        if not out_ends:
+            return None
+        kv.num_free_blocks, self.num_steps, self._taken_through = free, g, g - 1
         if len(ends) > _KEEP_STEPS:
             self._drop_old_steps()
-        return usage, num_running
+        return out_ends, usage, num_running
 
     def _leavers(self, g: int) -> list[Request]:
         """The members whose last token is step g's, taken out materialised, in running order."""

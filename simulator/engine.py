@@ -196,6 +196,11 @@ class Simulation:
         through = (scheduler.decode_runs_through_finishes and not scheduler.finish_can_admit()
                    and self.max_concurrency is None)
         if state is scheduler.cohort:
+            terms_of = getattr(self.cost_model, "decode_step_terms", None)
+            if terms_of is not None and (yield from self._cohort_run(scheduler, watchdog, start_s,
+                                                                     terms_of, through)):
+                return
+        if state is scheduler.cohort:
             # Its rows at each step are the members still in: filled in once it has run.
             ends = state.plan_run(self.cost_model, start_s, self.next_arrival_s, through)
             run = ends and DecodeRun(ends, None)
@@ -217,6 +222,44 @@ class Simulation:
         self.step_log.extend_decode_steps(start_s, run.end_s, num_rows, steps.num_running,
                                           num_waiting, steps.kv_usage)
         watchdog.observe(num_rows[-1], 0, scheduler)
+
+    def _cohort_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog, start_s: float,
+                    terms_of, through: bool):
+        """The cohort's run planned and carried out in one pass (DecodeCohort.run), then slept
+        through; what others may see (finishes told to the engine, the step log, arrivals) waits
+        for the clock, as after a planned run. Nothing reads the cohort's state meanwhile: the
+        arrival process only queues requests. False when no step was taken."""
+        waiting_before, running_before = len(scheduler.waiting), len(scheduler.running)
+        finishes: list[tuple[list, float]] = []
+
+        def leave(finished: list, end_s: float) -> None:
+            scheduler.finish(finished, end_s)
+            finishes.append((finished, end_s))
+
+        done = scheduler.cohort.run(terms_of, start_s, self.next_arrival_s, through, leave)
+        if done is None:
+            return False
+        ends, usage, num_running = done
+        yield from self._sleep_until(ends[-1])
+        if self.pull_arrivals:
+            self._pull_arrivals(scheduler, ends[-1], start_s)
+        for finished, end_s in finishes:
+            self._on_finished(finished, end_s)
+        num_waiting = [waiting_before] * (len(ends) - 1) + [len(scheduler.waiting)]
+        num_rows = [running_before, *num_running[:-1]]
+        self.step_log.extend_decode_steps(start_s, ends, num_rows, num_running, num_waiting, usage)
+        watchdog.observe(num_rows[-1], 0, scheduler)
+        return True
+
+    def _sleep_until(self, end_s: float):
+        """Advance SimPy's clock to exactly ``end_s``: one delay if one lands on it, else two
+        (from halfway, end_s - now is exact: Sterbenz)."""
+        env = self.env
+        delay = delay_reaching(env.now, end_s)
+        if delay is None:
+            yield env.timeout((end_s - env.now) / 2)
+            delay = end_s - env.now
+        yield env.timeout(delay)
 
     def _idle(self, replica: Replica):
         scheduler = replica.scheduler
@@ -242,13 +285,7 @@ class Simulation:
             return
         clock = self._arrival_clock
         wake_s = clock + (self.pending[i].arrival_s - clock)   # later than clock, or pulled
-        delay = delay_reaching(env.now, wake_s)
-        if delay is None:
-            # now + d can round past wake_s for every d (a tie rounding to even): stop halfway,
-            # whence wake_s - now is exact (Sterbenz: wake_s / 2 <= now <= wake_s).
-            yield env.timeout((wake_s - env.now) / 2)
-            delay = wake_s - env.now
-        yield env.timeout(delay)
+        yield from self._sleep_until(wake_s)   # now + d can round past wake_s for every d
         self._pull_arrivals(scheduler, env.now, None)
 
     def _on_finished(self, finished: list[Request], now_s: float) -> None:

@@ -174,7 +174,7 @@ def _apply_cohort_run(scheduler, run: DecodeRun, on_finished) -> RunSteps:
         scheduler.finish(finished, end_s)
         on_finished(finished, end_s)
 
-    steps = cohort.advance(run.end_s, leave)
+    steps = cohort.carry_out(run.end_s, leave)
     if steps is not None:
         return RunSteps(*steps)
     usage, num_running, total = [], [], kv.num_total_blocks

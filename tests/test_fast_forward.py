@@ -133,6 +133,65 @@ def test_fast_forward_equals_step_by_step_for_v0_and_sarathi_under_kv_pressure(p
         max_num_batched_tokens=max(sched["max_num_batched_tokens"], 256)))
 
 
+class _WithoutStepTerms:
+    """A cost model as seen by a plug-in without decode_step_terms: everything else delegated."""
+
+    def __init__(self, model):
+        self._model = model
+
+    def __getattr__(self, name: str):
+        if name == "decode_step_terms":
+            raise AttributeError(name)
+        return getattr(self._model, name)
+
+
+@pytest.mark.parametrize("seed", range(1, 66, 2))   # the roofline scenarios
+def test_cohort_runs_priced_beforehand_equal_runs_priced_as_they_go(seed, monkeypatch):
+    # A model with decode_step_terms has its cohort runs priced and carried out in one pass
+    # (DecodeCohort.run); one without is priced first (plan_run) and carried out after
+    # (carry_out). Hiding the roofline's terms must not change a byte.
+    from simulator import decode_cohort
+    prepared = prepare(validate_scenario(random_scenario(seed)))
+    fused = simulate(prepared, prepared.runs[0])
+    priced_as_they_go = 0
+    original = decode_cohort.DecodeCohort.run
+
+    def counting(self, terms_of, *args, **kwargs):
+        nonlocal priced_as_they_go
+        priced_as_they_go += terms_of is not None
+        return original(self, terms_of, *args, **kwargs)
+
+    monkeypatch.setattr(decode_cohort.DecodeCohort, "run", counting)
+    prepared.cost_model = _WithoutStepTerms(prepared.cost_model)
+    planned = simulate(prepared, prepared.runs[0])
+    assert fingerprint(planned) == fingerprint(fused)
+    assert priced_as_they_go == 0
+
+
+def test_the_planned_way_is_taken_with_leavers_inside_runs():
+    # The equality above means something only if planned runs with leavers happened.
+    from simulator import decode_cohort
+    leaves_inside = 0
+    original = decode_cohort.DecodeCohort.carry_out
+
+    def counting(self, ends_s, leave):
+        def counting_leave(finished, end_s):
+            nonlocal leaves_inside
+            leaves_inside += end_s < ends_s[-1]
+            leave(finished, end_s)
+        return original(self, ends_s, counting_leave)
+
+    decode_cohort.DecodeCohort.carry_out = counting
+    try:
+        for seed in range(1, 66, 2):
+            prepared = prepare(validate_scenario(random_scenario(seed)))
+            prepared.cost_model = _WithoutStepTerms(prepared.cost_model)
+            simulate(prepared, prepared.runs[0])
+    finally:
+        decode_cohort.DecodeCohort.carry_out = original
+    assert leaves_inside > 0
+
+
 def test_prefix_cache_scenarios_hit_evict_and_finish_inside_runs():
     # The test above must exercise what it claims: cache hits, and runs that carry finishes.
     from simulator import fast_forward
