@@ -41,7 +41,7 @@ import numpy as np
 
 from cost_models.base import decode_step_ends_from_terms
 from cost_models.batch_shape import BatchShape
-from cost_models.parametric import FittedRange, decode_counts, step_counts
+from cost_models.fitted_range import FittedRange, decode_counts, step_counts
 
 
 class Table1D:
