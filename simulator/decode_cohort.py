@@ -108,7 +108,8 @@ class DecodeCohort:
                          self.max_model_len - request.num_prompt_tokens - outputs)
         base = computed - g
         last_step = g + steps_left - 1
-        next_block = g + self.kv.num_token_slots_of(request) - computed
+        kv = self.kv
+        next_block = g + kv._num_blocks.get(request, 0) * kv.block_size - computed   # num_token_slots_of
         self._joined[request] = (g, computed, outputs, request.last_token_s, key, base, last_step,
                                  next_block)
         self.members.append(request)
@@ -258,7 +259,8 @@ class DecodeCohort:
         self.num_steps = g + 1
         if len(self.ends) > _KEEP_STEPS:
             self._drop_old_steps()
-        return self._leavers(g)
+        finishes = self._finishes
+        return self._leavers(g) if finishes and finishes[0][0] <= g else []
 
     def carry_out(self, ends_s: list[float], leave) -> tuple[list[float], list[int]] | None:
         """Carry out decode steps priced beforehand (plan_run), ending at ``ends_s``: run()'s

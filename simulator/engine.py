@@ -78,6 +78,9 @@ class Simulation:
         self._num_pulled = 0
         self._arrival_clock = 0            # the arrival process's clock (SimPy's starts at int 0)
         self._arrival_before_serve = True  # its resume at that time came before the serve loop's
+        # When the arrival process would next wake (clock + (arrival - clock)): before then,
+        # a resume has nothing to pull.
+        self._next_wake_s = self.next_arrival_s
 
     # -- processes -------------------------------------------------------------------------------
     def arrivals(self):
@@ -106,8 +109,11 @@ class Simulation:
         process at clock + (arrival - clock). An arrival at exactly ``now_s`` comes first when
         its event is older than the serve loop's: created at an earlier time, or at the same
         time by a resume that came first (SimPy orders equal times by event creation)."""
+        if self._next_wake_s > now_s:
+            return
         pending, i, n = self.pending, self._num_pulled, len(self.pending)
         clock, before = self._arrival_clock, self._arrival_before_serve
+        wake_s = math.inf
         while i < n:
             request = pending[i]
             arrival_s = request.arrival_s
@@ -122,8 +128,10 @@ class Simulation:
             self.num_in_flight += 1
             scheduler.add(request)
             i += 1
+            wake_s = math.inf
         self._num_pulled, self._arrival_clock, self._arrival_before_serve = i, clock, before
         self.next_arrival_s = pending[i].arrival_s if i < n else math.inf
+        self._next_wake_s = wake_s   # the one the loop stopped at
 
     def route(self) -> Replica:
         if len(self.replicas) == 1:
