@@ -113,11 +113,14 @@ def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, o
 def make_requests(trace: WorkloadTrace) -> list[Request]:
     ids = trace.prompt_token_ids
     prio = trace.priority
+    columns = (trace.arrival_s.tolist(), trace.num_prompt_tokens.tolist(),
+               trace.max_output_tokens.tolist())   # Python floats and ints
+    if ids is None and prio is None:   # the usual synthetic workload: one C-level map
+        return list(map(Request, range(len(columns[0])), *columns))
     return [Request(i, float(a), int(p), int(o),
                     prompt_token_ids=ids[i] if ids is not None else None,
                     priority=int(prio[i]) if prio is not None else 0)
-            for i, (a, p, o) in enumerate(zip(trace.arrival_s.tolist(), trace.num_prompt_tokens.tolist(),
-                                               trace.max_output_tokens.tolist()))]
+            for i, (a, p, o) in enumerate(zip(*columns))]
 
 
 def check_requests_fit(prepared: Prepared, run: PreparedRun) -> None:
