@@ -306,16 +306,21 @@ class Simulation:
 
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> SimulationResult:
-        if not self.pull_arrivals:
-            self.env.process(self.arrivals())
+        processes = [] if self.pull_arrivals else [self.env.process(self.arrivals())]
         for replica in self.replicas:
-            self.env.process(self.serve(replica))
+            processes.append(self.env.process(self.serve(replica)))
         total = len(self.pending)
         while self.num_finished < total:
             if not self.env._queue:  # nothing scheduled yet requests remain: a bug, not a hang
                 raise NoProgressError(f"simulation stopped with {total - self.num_finished} "
                                       f"unfinished requests and no pending event")
             self.env.step()
+        for process in processes:
+            # A process that raised after the last finish (e.g. logging that step): SimPy would
+            # raise it at its next step, which the loop above no longer takes.
+            if process.triggered and not process.ok:
+                process.defused = True
+                raise process.value
         start_s = min((r.arrival_s for r in self.pending), default=0.0)
         return SimulationResult(self.pending, self.step_log, self.replicas, start_s,
                                 self.last_finish_s,

@@ -60,3 +60,24 @@ def test_two_replicas_serve_twice_as_fast_round_robin():
     two = run(scenario({"kind": "inf"}, n=16, output=8, engine={"num_replicas": 2},
                        sched={"preset": "vllm_v1", "max_num_seqs": 2, "max_num_batched_tokens": 64}))
     assert two.result.duration_s == pytest.approx(one.result.duration_s / 2)
+
+
+def test_an_error_raised_after_the_last_finish_is_not_lost():
+    # The serve loop logs a decode run after telling the engine of its finishes: an error there
+    # (a result writer that failed, say) must reach the caller even though every request is done.
+    from simulator.engine import Simulation
+    from simulator.metrics.step_log import StepLog
+    from simulator.runner import make_requests
+
+    class FailingLog(StepLog):
+        def extend_decode_steps(self, *args, **kwargs):
+            raise OSError("the step log could not be stored")
+
+    prepared = prepare(scenario({"kind": "inf"}, n=2, output=12))
+    run_ = prepared.runs[0]
+    scheduler = run_.scheduler_cls(run_.options, run_.scheduler_cls.make_kv_cache(
+        run_.options, run_.num_gpu_blocks, 16), run_.context)
+    sim = Simulation(make_requests(prepared.trace), [scheduler], prepared.cost_model, FailingLog())
+    with pytest.raises(OSError, match="could not be stored"):
+        sim.run()
+    assert sim.num_finished == 2   # raised after the last finish, not before
