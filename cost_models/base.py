@@ -21,11 +21,18 @@ class StepCostModel(Protocol):
 # decode_step_ends, a decode cohort's run) evaluates this one expression, so all agree to the bit.
 
 
+def decode_step_s(terms: tuple, pairs: int) -> float:
+    """One decode step's time from its terms; ``pairs``: the rows' total context + rows."""
+    base, a, b, q, c1, c2, c3 = terms
+    return (((base + max(a * pairs, b * pairs + q)) + c1) + c2) + c3
+
+
 def decode_step_ends_from_terms(terms: tuple, num_seqs: int, context_sum: int, context_step: int,
                                 now_s: float, num_steps: int, next_arrival_s: float) -> list[float]:
     """The clock after each of up to ``num_steps`` decode steps from ``now_s`` (step i over
     context_sum + i * context_step), each step's time added in turn as SimPy adds it; none
-    starts at or after next_arrival_s."""
+    starts at or after next_arrival_s. decode_step_s, written out: the loop of every run of
+    decode steps priced beforehand."""
     base, a, b, q, c1, c2, c3 = terms
     pairs = context_sum + num_seqs
     ends = []

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.base import decode_step_ends_from_terms
+from cost_models.base import decode_step_ends_from_terms, decode_step_s
 from cost_models.batch_shape import BatchShape
 from cost_models.fitted_range import FittedRange, decode_counts, step_counts
 
@@ -240,9 +240,7 @@ class TableCostModel:
                                         self._warned, longest + 1)
         if self._decode_terms is None:
             return self._time_s(decode_counts(num_seqs, context_sum), None, None, longest)
-        base, a, b, q, c1, c2, c3 = self._roofline_step_terms(num_seqs)
-        pairs = context_sum + num_seqs
-        return (((base + max(a * pairs, b * pairs + q)) + c1) + c2) + c3
+        return decode_step_s(self._roofline_step_terms(num_seqs), context_sum + num_seqs)
 
     def decode_step_terms(self, num_seqs: int, longest: int = 0) -> tuple | None:
         """cost_models.base's decode-step terms (None for a grid, or when a step up to context

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.base import decode_step_ends_from_terms
+from cost_models.base import decode_step_ends_from_terms, decode_step_s
 from cost_models.batch_shape import BatchShape
 from cost_models.hardware import HardwareSpec
 from cost_models.memory import check_tensor_parallel_size
@@ -84,9 +84,7 @@ class RooflineCostModel:
         """A step in which ``num_seqs`` sequences decode and sample one token each over
         ``context_sum`` tokens of KV in all: the multi-step advance prices whole decode runs
         with this, and step_time_s routes such steps here too, so both agree to the bit."""
-        base, a, b, q, c1, c2, c3 = self.decode_step_terms(num_seqs, longest)
-        pairs = context_sum + num_seqs
-        return (((base + max(a * pairs, b * pairs + q)) + c1) + c2) + c3
+        return decode_step_s(self.decode_step_terms(num_seqs, longest), context_sum + num_seqs)
 
     def decode_step_terms(self, num_seqs: int, longest: int = 0) -> tuple:
         """cost_models.base's decode-step terms: the linear layers, then the attention's

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 
-from simulator.decode_pricing import _LOOP_STEPS, DecodeSegment
+from simulator.decode_pricing import DecodeSegment
 from simulator.request import Request
 
 _KEEP_STEPS = 4096   # step records kept before old ones are dropped (DecodeCohort._drop_old_steps)
@@ -405,20 +405,14 @@ class DecodeCohort:
         if not finishes or start_s >= next_arrival_s:
             return None
         limit = (finishes[-1][0] if through_finishes else finishes[0][0]) - g + 1
-        loop = getattr(cost_model, "decode_step_ends", None)
         ends: list[float] = []
         now_s, rows, base_sum, left, i, top = start_s, len(self.members), self.base_sum, 0, 0, len(bases) - 1
         gone: set[int] = set()
         while True:
             stop = min(limit, finishes[left][0] - g + 1)   # the rows change after this step
             # Step i prices rows decodes over base_sum + rows * (g + i), the longest at base + g + i.
-            seg_ends = None
-            if loop is not None and stop - i <= _LOOP_STEPS:   # DecodeSegment.ends's loop, called directly
-                seg_ends = loop(rows, base_sum + rows * (g + i), rows, bases[top][0] + g + i,
-                                now_s, stop - i, next_arrival_s)
-            if seg_ends is None:
-                segment = DecodeSegment(rows, 0, base_sum + rows * g, bases[top][0] + g)
-                seg_ends = segment.ends(cost_model, None, None, now_s, i, stop, next_arrival_s)
+            segment = DecodeSegment(rows, 0, base_sum + rows * g, bases[top][0] + g)
+            seg_ends = segment.ends(cost_model, None, None, now_s, i, stop, next_arrival_s)
             if ends:
                 ends.extend(seg_ends)
             else:

@@ -113,7 +113,6 @@ class Simulation:
             return
         pending, i, n = self.pending, self._num_pulled, len(self.pending)
         clock, before = self._arrival_clock, self._arrival_before_serve
-        wake_s = math.inf
         while i < n:
             request = pending[i]
             arrival_s = request.arrival_s
@@ -128,10 +127,9 @@ class Simulation:
             self.num_in_flight += 1
             scheduler.add(request)
             i += 1
-            wake_s = math.inf
         self._num_pulled, self._arrival_clock, self._arrival_before_serve = i, clock, before
         self.next_arrival_s = pending[i].arrival_s if i < n else math.inf
-        self._next_wake_s = wake_s   # the one the loop stopped at
+        self._next_wake_s = wake_s if i < n else math.inf   # the one the loop stopped at
 
     def route(self) -> Replica:
         if len(self.replicas) == 1:
@@ -208,7 +206,6 @@ class Simulation:
             if terms_of is not None and (yield from self._cohort_run(scheduler, watchdog, start_s,
                                                                      terms_of, through)):
                 return
-        if state is scheduler.cohort:
             # Its rows at each step are the members still in: filled in once it has run.
             ends = state.plan_run(self.cost_model, start_s, self.next_arrival_s, through)
             run = ends and DecodeRun(ends, None)
@@ -223,12 +220,17 @@ class Simulation:
         if self.pull_arrivals:
             self._pull_arrivals(scheduler, self.env.now, start_s)
         steps = apply_decode_run(scheduler, run, self._on_finished)
-        # Arrivals can only land during the last step (plan_decode_run stops before a step that
-        # starts at or after one), so earlier rows saw the queue as it was.
-        num_waiting = [waiting_before] * (run.num_steps - 1) + [len(scheduler.waiting)]
-        num_rows = run.num_rows or [running_before, *steps.num_running[:-1]]
-        self.step_log.extend_decode_steps(start_s, run.end_s, num_rows, steps.num_running,
-                                          num_waiting, steps.kv_usage)
+        self._log_run(scheduler, watchdog, start_s, run.end_s, steps.kv_usage, steps.num_running,
+                      run.num_rows or [running_before, *steps.num_running[:-1]], waiting_before)
+
+    def _log_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog, start_s: float,
+                 ends: list[float], usage: list[float], num_running: list[int],
+                 num_rows: list[int], waiting_before: int) -> None:
+        """A carried-out run's rows in the step log. Arrivals can only land during its last step
+        (a run stops before a step that starts at or after one), so earlier rows saw the queue
+        as it was."""
+        num_waiting = [waiting_before] * (len(ends) - 1) + [len(scheduler.waiting)]
+        self.step_log.extend_decode_steps(start_s, ends, num_rows, num_running, num_waiting, usage)
         watchdog.observe(num_rows[-1], 0, scheduler)
 
     def _cohort_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog, start_s: float,
@@ -253,10 +255,8 @@ class Simulation:
             self._pull_arrivals(scheduler, ends[-1], start_s)
         for finished, end_s in finishes:
             self._on_finished(finished, end_s)
-        num_waiting = [waiting_before] * (len(ends) - 1) + [len(scheduler.waiting)]
-        num_rows = [running_before, *num_running[:-1]]
-        self.step_log.extend_decode_steps(start_s, ends, num_rows, num_running, num_waiting, usage)
-        watchdog.observe(num_rows[-1], 0, scheduler)
+        self._log_run(scheduler, watchdog, start_s, ends, usage, num_running,
+                      [running_before, *num_running[:-1]], waiting_before)
         return True
 
     def _sleep_until(self, end_s: float):
@@ -287,13 +287,11 @@ class Simulation:
     def _await_arrival(self, scheduler: Scheduler):
         """Sleep until the arrival process would have woken (_pull_arrivals), then take every
         arrival due by then."""
-        env, i = self.env, self._num_pulled
-        if i == len(self.pending):
+        env = self.env
+        if self._next_wake_s == math.inf:
             yield env.event()   # nothing more arrives: the run ends with its last finish
             return
-        clock = self._arrival_clock
-        wake_s = clock + (self.pending[i].arrival_s - clock)   # later than clock, or pulled
-        yield from self._sleep_until(wake_s)   # now + d can round past wake_s for every d
+        yield from self._sleep_until(self._next_wake_s)   # now + d can round past it for every d
         self._pull_arrivals(scheduler, env.now, None)
 
     def _on_finished(self, finished: list[Request], now_s: float) -> None:

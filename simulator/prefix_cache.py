@@ -224,7 +224,8 @@ class PrefixCachingKVCache(KVCache):
         """_grow while blocks are counted: KVCache's allocation, and the count of full blocks
         _register_full_blocks would keep (no hashes: the request has no shareable block)."""
         # KVCache.allocate_up_to, inlined: every admission and block boundary of a run with
-        # synthetic prompts passes here.
+        # synthetic prompts passes here (calling it instead measured +2.5% instructions on the
+        # 20k-request vllm_v1 bench run).
         held_counts, bs = self._num_blocks, self.block_size
         held = held_counts.get(request, 0)
         need = -(-total // bs) - held
