@@ -1,4 +1,5 @@
-"""The SimPy event loop: one arrivals process and one serve loop per replica.
+"""The event loop: one arrivals process and one serve loop per replica, on SimPy; a lone serve loop
+that pulls its own arrivals runs on SimPy's clock arithmetic without SimPy (simulator/clock.py).
 
 Only arrivals and step boundaries are events (never one per token). A serve loop asks its
 scheduler for a batch, asks the cost model how long that forward pass takes, sleeps that long,
@@ -7,19 +8,21 @@ then lets the scheduler account the step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import math
 from collections import deque
 
-import simpy
-
 from cost_models.base import StepCostModel
 from simulator.batch import Batch
+from simulator.clock import NEVER, SingleProcessClock
 from simulator.fast_forward import DecodeRun, apply_decode_run, delay_reaching, plan_decode_run
 from simulator.progress import NoProgressError, ProgressWatchdog, diagnose_stall
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
+
+if TYPE_CHECKING:
+    import simpy
 
 
 @dataclass
@@ -53,7 +56,6 @@ class Simulation:
                  cost_model: StepCostModel, step_log, *, max_concurrency: int | None = None,
                  router: str = "round_robin", on_step: Callable | None = None,
                  fast_forward: bool = True, pull_arrivals: bool = True):
-        self.env = simpy.Environment()
         self.pending = requests  # sorted by intended arrival time
         self.replicas = [Replica(i, s) for i, s in enumerate(schedulers)]
         self.cost_model = cost_model
@@ -75,6 +77,13 @@ class Simulation:
         # else reads the queue between its resumes, and no policy of its own wakes it.
         self.pull_arrivals = (pull_arrivals and len(self.replicas) == 1 and max_concurrency is None
                               and type(schedulers[0]).next_wakeup_s is Scheduler.next_wakeup_s)
+        # Pulled arrivals leave the serve loop as the only process: it runs on SimPy's clock
+        # arithmetic without SimPy (simulator/clock.py), which is imported only for the rest.
+        if self.pull_arrivals:
+            self.env = SingleProcessClock()
+        else:
+            import simpy
+            self.env = simpy.Environment()
         self._num_pulled = 0
         self._arrival_clock = 0            # the arrival process's clock (SimPy's starts at int 0)
         self._arrival_before_serve = True  # its resume at that time came before the serve loop's
@@ -303,15 +312,26 @@ class Simulation:
             self.next_arrival_s = now_s  # the blocked client sends now
 
     # -- driver ----------------------------------------------------------------------------------
-    def run(self) -> SimulationResult:
-        processes = [] if self.pull_arrivals else [self.env.process(self.arrivals())]
+    def _run_serve_loop(self) -> None:
+        """The one serve loop on SingleProcessClock: each value it yields is a wait, over once
+        the loop resumes (as SimPy would resume it, nothing else being scheduled)."""
+        total = len(self.pending)
+        if self.num_finished >= total:
+            return
+        for waited in self.serve(self.replicas[0]):
+            if self.num_finished >= total:
+                return
+            if waited is NEVER:
+                self._raise_stopped(total)
+
+    def _run_processes(self) -> None:
+        processes = [self.env.process(self.arrivals())]
         for replica in self.replicas:
             processes.append(self.env.process(self.serve(replica)))
         total = len(self.pending)
         while self.num_finished < total:
-            if not self.env._queue:  # nothing scheduled yet requests remain: a bug, not a hang
-                raise NoProgressError(f"simulation stopped with {total - self.num_finished} "
-                                      f"unfinished requests and no pending event")
+            if not self.env._queue:
+                self._raise_stopped(total)
             self.env.step()
         for process in processes:
             # A process that raised after the last finish (e.g. logging that step): SimPy would
@@ -319,6 +339,17 @@ class Simulation:
             if process.triggered and not process.ok:
                 process.defused = True
                 raise process.value
+
+    def _raise_stopped(self, total: int) -> None:
+        # Nothing left to happen yet requests remain: a bug, not a hang.
+        raise NoProgressError(f"simulation stopped with {total - self.num_finished} "
+                              f"unfinished requests and no pending event")
+
+    def run(self) -> SimulationResult:
+        if self.pull_arrivals:
+            self._run_serve_loop()
+        else:
+            self._run_processes()
         start_s = min((r.arrival_s for r in self.pending), default=0.0)
         return SimulationResult(self.pending, self.step_log, self.replicas, start_s,
                                 self.last_finish_s,

@@ -248,27 +248,29 @@ def _prepared_run(scenario: dict):
 
 
 def test_fast_forward_actually_skips_events():
-    # Otherwise the equality test above would pass trivially.
-    import simpy
-    counts = {}
-    original = simpy.Environment.step
+    # Otherwise the equality test above would pass trivially. One replica, open loop: the serve
+    # loop runs on SingleProcessClock, one timeout per wait.
+    from simulator.clock import SingleProcessClock
+    counts = []
+    original = SingleProcessClock.timeout
 
-    def counting_step(self):
-        counts[id(self)] = counts.get(id(self), 0) + 1
-        return original(self)
+    def counting_timeout(self, delay):
+        counts[-1] += 1
+        return original(self, delay)
 
     scenario = random_scenario(1)
     scenario["workload"] = {"arrival": {"kind": "inf"}, "prompt_len": {"kind": "fixed", "value": 8},
                             "output_len": {"kind": "fixed", "value": 60}, "num_requests": 4}
     prepared = prepare(validate_scenario(scenario))
-    simpy.Environment.step = counting_step
+    SingleProcessClock.timeout = counting_timeout
     try:
-        simulate(prepared, prepared.runs[0], fast_forward=False)
-        simulate(prepared, prepared.runs[0], fast_forward=True)
+        for fast_forward in (False, True):
+            counts.append(0)
+            simulate(prepared, prepared.runs[0], fast_forward=fast_forward)
     finally:
-        simpy.Environment.step = original
-    slow, fast = counts.values()
-    assert fast < slow / 5
+        SingleProcessClock.timeout = original
+    slow, fast = counts
+    assert slow >= 60 and fast < slow / 5
 
 
 def _shipped_cost_models():
