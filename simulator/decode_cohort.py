@@ -52,10 +52,12 @@ class DecodeCohort:
         # largest gap since step a is the first entry at or after a (a member's max ITL).
         self._max_steps: list[int] = []
         self._max_gaps: list[float] = []
-        self.members: list[Request] = []     # in running order
         # request -> (join step, computed, outputs, last token s, key, base, last step,
-        #             cohort step of its first new block)
+        #             cohort step of its first new block), in running order (joins append).
         self._joined: dict[Request, tuple] = {}
+        # The members, in running order: the same dict (a leaver goes in O(1); a list's
+        # remove compared it with each member before it).
+        self.members: dict[Request, tuple] = self._joined
         self._next_key = 0
         self._counted = kv.counts_only   # blocks are counts: take them per step phase
         self._taken_through = -1         # the last step whose blocks were taken
@@ -112,7 +114,6 @@ class DecodeCohort:
         next_block = g + kv._num_blocks.get(request, 0) * kv.block_size - computed   # num_token_slots_of
         self._joined[request] = (g, computed, outputs, request.last_token_s, key, base, last_step,
                                  next_block)
-        self.members.append(request)
         self.base_sum += base
         insort(self._bases, (base, key))
         insort(self._finishes, (last_step, key, request))
@@ -133,7 +134,6 @@ class DecodeCohort:
         else:
             due = self._block_due
             del due[bisect_left(due, (self._next_block.pop(request), key))]
-        self.members.remove(request)
         self.base_sum -= base
         del self._bases[bisect_left(self._bases, (base, key))]
         k = self.num_steps - g0
@@ -384,7 +384,7 @@ class DecodeCohort:
 
     def _drop_old_steps(self) -> None:
         """Forget steps before the oldest member joined (members join in list order)."""
-        oldest = self._joined[self.members[0]][0] if self.members else self.num_steps - 1
+        oldest = next(iter(self._joined.values()))[0] if self._joined else self.num_steps - 1
         drop = oldest - self.first
         if drop > 0:
             del self.ends[:drop], self.gaps[:drop], self.sq_prefix[:drop]
