@@ -173,9 +173,17 @@ class RooflineAttention:
         tokens, decode_ctx, num_decodes, pairs, prefill_ctx = counts[:5]
         decode_pairs = decode_ctx + num_decodes
         prefill_tokens = tokens - num_decodes
-        per_layer = max(k.attn_s_per_pair * decode_pairs, k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decodes)
-        per_layer += max(k.attn_s_per_pair * pairs, k.kv_s_per_token * (prefill_ctx + prefill_tokens)
-                         + k.q_s_per_token * prefill_tokens) if pairs else 0.0
+        # Each max(a, b) written as `b if b > a else a` (the same value; the builtin's call costs
+        # more than its comparison, once per step with a prefill)
+        compute_s, memory_s = (k.attn_s_per_pair * decode_pairs,
+                               k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decodes)
+        per_layer = memory_s if memory_s > compute_s else compute_s
+        if pairs:
+            compute_s, memory_s = (k.attn_s_per_pair * pairs, k.kv_s_per_token * (prefill_ctx + prefill_tokens)
+                                   + k.q_s_per_token * prefill_tokens)
+            per_layer += memory_s if memory_s > compute_s else compute_s
+        else:
+            per_layer += 0.0
         return per_layer  # the roofline's constants already count every layer
 
     def decode_s(self, num_decodes: int, decode_ctx):

@@ -73,11 +73,15 @@ class RooflineCostModel:
         k = self._k
         decode_pairs = decode_ctx + num_decode
         prefill_tokens = tokens - num_decode
+        # Each max(a, b) written as `b if b > a else a` (the same value): a mixed step is priced
+        # once per admission, and the builtin's call costs more than its comparison.
         time_s = self._linear_s(tokens)
-        time_s += max(k.attn_s_per_pair * decode_pairs,
-                      k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decode)
-        time_s += max(k.attn_s_per_pair * prefill_pairs,
-                      k.kv_s_per_token * (prefill_ctx + prefill_tokens) + k.q_s_per_token * prefill_tokens)
+        compute_s, memory_s = (k.attn_s_per_pair * decode_pairs,
+                               k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decode)
+        time_s += memory_s if memory_s > compute_s else compute_s
+        compute_s, memory_s = (k.attn_s_per_pair * prefill_pairs, k.kv_s_per_token * (prefill_ctx + prefill_tokens)
+                               + k.q_s_per_token * prefill_tokens)
+        time_s += memory_s if memory_s > compute_s else compute_s
         return self._sampling_and_rest_s(time_s, tokens, num_sampled)
 
     def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
@@ -131,13 +135,15 @@ class RooflineCostModel:
         weight_s = k.dense_weight_s
         if k.expert_s:
             weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
-        return max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
+        compute_s, memory_s = k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens
+        return memory_s if memory_s > compute_s else compute_s   # max(), as in step_time_s
 
     def _sampling_and_rest_s(self, time_s: float, tokens: int, num_sampled: int) -> float:
         k = self._k
         if num_sampled:
-            time_s += max(k.lm_head_s_per_row * num_sampled,
-                          k.lm_head_weight_s + k.logit_s_per_row * num_sampled)
+            compute_s, memory_s = (k.lm_head_s_per_row * num_sampled,
+                                   k.lm_head_weight_s + k.logit_s_per_row * num_sampled)
+            time_s += memory_s if memory_s > compute_s else compute_s   # max(), as in step_time_s
         if k.allreduces:
             time_s += k.allreduces * (k.allreduce_s_per_token * tokens + self.allreduce_latency_s)
         return time_s + self.step_overhead_s

@@ -235,7 +235,11 @@ class PrefixCachingKVCache(KVCache):
             self.num_free_blocks -= need
             held += need
             held_counts[request] = held
-        full = min(min(total, request.num_prompt_tokens + request.num_output_tokens) // bs, held)
+        # min(min(total, tokens) // bs, held), written out like the allocation above
+        num_tokens = request.num_prompt_tokens + request.num_output_tokens
+        full = (total if total < num_tokens else num_tokens) // bs
+        if full > held:
+            full = held
         if full > self._registered.get(request, 0):
             self._registered[request] = full
         return True

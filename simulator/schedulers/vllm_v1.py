@@ -196,7 +196,9 @@ class VllmV1Scheduler(Scheduler):
         headroom = int(self.options.watermark * self.kv.num_total_blocks) if self.running else 0
         if not self.options.reserve_full_isl:
             return headroom == 0 or self.kv.num_free_blocks >= headroom
-        total = min(request.num_tokens, self.max_model_len)
+        total = request.num_tokens
+        if total > self.max_model_len:   # min() written out: every admission passes here
+            total = self.max_model_len
         return self.kv.blocks_to_admit(request, total, num_hit) + headroom <= self.kv.num_free_blocks
 
     def _peek_waiting(self) -> Request:
