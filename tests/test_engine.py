@@ -81,3 +81,28 @@ def test_an_error_raised_after_the_last_finish_is_not_lost():
     with pytest.raises(OSError, match="could not be stored"):
         sim.run()
     assert sim.num_finished == 2   # raised after the last finish, not before
+
+
+@pytest.mark.parametrize("pull", [True, False])
+def test_a_run_with_requests_left_and_nothing_to_happen_stops_with_a_diagnosis(pull):
+    # A scheduler that loses the requests it is given: the serve loop idles with no arrival left.
+    # On SingleProcessClock (pulled arrivals) as on SimPy, the run stops instead of spinning.
+    from simulator.engine import Simulation
+    from simulator.metrics.step_log import StepLog
+    from simulator.progress import NoProgressError
+    from simulator.runner import make_requests
+
+    prepared = prepare(scenario({"kind": "inf"}, n=3))
+    run_ = prepared.runs[0]
+
+    class Forgetful(run_.scheduler_cls):
+        def add(self, request):
+            pass
+
+    scheduler = Forgetful(run_.options, run_.scheduler_cls.make_kv_cache(
+        run_.options, run_.num_gpu_blocks, 16), run_.context)
+    sim = Simulation(make_requests(prepared.trace), [scheduler], prepared.cost_model, StepLog(),
+                     pull_arrivals=pull)
+    assert sim.pull_arrivals is pull
+    with pytest.raises(NoProgressError, match="stopped with 3 unfinished requests and no pending event"):
+        sim.run()
