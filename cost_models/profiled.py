@@ -224,7 +224,7 @@ class TableCostModel:
         # Table lookups by token and row counts, which repeat step after step (a decode run
         # keeps its rows): the same floats, computed once.
         object.__setattr__(self, "_by_tokens", {})
-        # decode_step_time_s's terms by row count, where attention is the roofline's.
+        # _roofline_step_terms by row count, where attention is the roofline's.
         object.__setattr__(self, "_decode_terms",
                            {} if isinstance(self.attention, RooflineAttention) else None)
 
@@ -259,11 +259,15 @@ class TableCostModel:
 
     def _roofline_step_terms(self, num_seqs: int) -> tuple:
         """The layers, the roofline attention, the step overhead, the whole-model kernels and
-        sampling: _time_s's order."""
-        layers_s, q_s, (whole_s, sampling_s) = self._roofline_decode_terms(num_seqs)
-        k = self.attention._k
-        return (layers_s, k.attn_s_per_pair, k.kv_s_per_token, q_s, self.step_overhead_s, whole_s,
+        sampling: _time_s's order, cached by row count (every decode run asks)."""
+        terms = self._decode_terms.get(num_seqs)
+        if terms is None:
+            layers_s, q_s, whole_s, sampling_s = self._roofline_decode_terms(num_seqs)
+            k = self.attention._k
+            terms = self._decode_terms[num_seqs] = (
+                layers_s, k.attn_s_per_pair, k.kv_s_per_token, q_s, self.step_overhead_s, whole_s,
                 sampling_s)
+        return terms
 
     def decode_step_ends(self, num_seqs: int, context_sum: int, context_step: int, longest: int,
                          now_s: float, num_steps: int, next_arrival_s: float) -> list[float] | None:
@@ -290,17 +294,13 @@ class TableCostModel:
 
     def _roofline_decode_terms(self, num_seqs: int) -> tuple:
         """What a decode step of num_seqs rows adds besides its attention, as _time_s adds it:
-        (layers x per-layer time, the query term of the roofline attention, (whole-model time,
-        sampling time)), each float computed by the same operations as there, cached by row
-        count. An absent term is 0.0: adding +0.0 leaves a positive time unchanged to the bit.
-        Python floats: numpy scalars hold the same bits but sum more slowly."""
-        terms = self._decode_terms.get(num_seqs)
-        if terms is None:
-            per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
-            terms = self._decode_terms[num_seqs] = (
-                float(self.num_layers * per_layer), self.attention._k.q_s_per_token * num_seqs,
-                (float(whole_s or 0.0), float(sampling_s or 0.0)))
-        return terms
+        (layers x per-layer time, the query term of the roofline attention, whole-model time,
+        sampling time), each float computed by the same operations as there. An absent term is
+        0.0: adding +0.0 leaves a positive time unchanged to the bit. Python floats: numpy
+        scalars hold the same bits but sum more slowly."""
+        per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
+        return (float(self.num_layers * per_layer), self.attention._k.q_s_per_token * num_seqs,
+                float(whole_s or 0.0), float(sampling_s or 0.0))
 
     def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
                             longest: np.ndarray) -> np.ndarray | None:

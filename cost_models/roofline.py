@@ -61,7 +61,7 @@ class RooflineCostModel:
             if not _is_number(value) or value < 0:
                 raise ValueError(f"cost_model.{name}: {value!r} is not a non-negative number of seconds")
         object.__setattr__(self, "_k", _per_rank(self))
-        object.__setattr__(self, "_decode_terms", {})   # decode_step_time_s's terms by row count
+        object.__setattr__(self, "_decode_terms", {})   # decode_step_terms by row count
 
     def step_time_s(self, shape: BatchShape) -> float:
         (tokens, decode_ctx, num_decode, prefill_pairs, prefill_ctx, _, num_sampled,
@@ -92,11 +92,16 @@ class RooflineCostModel:
 
     def decode_step_terms(self, num_seqs: int, longest: int = 0) -> tuple:
         """cost_models.base's decode-step terms: the linear layers, then the attention's
-        roofline, then sampling, all-reduces and the step overhead (_sampling_and_rest_s's order)."""
-        linear_s, q_s, sampling_s, allreduce_s = self._decode_terms_of(num_seqs)
-        k = self._k
-        return (linear_s, k.attn_s_per_pair, k.kv_s_per_token, q_s, sampling_s, allreduce_s,
+        roofline, then sampling, all-reduces and the step overhead (_sampling_and_rest_s's order),
+        cached by row count (every decode run asks)."""
+        terms = self._decode_terms.get(num_seqs)
+        if terms is None:
+            linear_s, q_s, sampling_s, allreduce_s = self._decode_terms_of(num_seqs)
+            k = self._k
+            terms = self._decode_terms[num_seqs] = (
+                linear_s, k.attn_s_per_pair, k.kv_s_per_token, q_s, sampling_s, allreduce_s,
                 self.step_overhead_s)
+        return terms
 
     def decode_step_ends(self, num_seqs: int, context_sum: int, context_step: int, longest: int,
                          now_s: float, num_steps: int, next_arrival_s: float) -> list[float]:
@@ -108,17 +113,13 @@ class RooflineCostModel:
 
     def _decode_terms_of(self, num_seqs: int) -> tuple:
         """The parts of decode_step_time_s that depend on the row count only, each computed by
-        the operations step_time_s uses (so the sum, taken in the same order, is the same float),
-        cached by row count. No all-reduce is 0.0: adding +0.0 leaves a positive time unchanged."""
-        terms = self._decode_terms.get(num_seqs)
-        if terms is None:
-            k = self._k
-            sampling_s = max(k.lm_head_s_per_row * num_seqs, k.lm_head_weight_s + k.logit_s_per_row * num_seqs)
-            allreduce_s = (k.allreduces * (k.allreduce_s_per_token * num_seqs + self.allreduce_latency_s)
-                           if k.allreduces else 0.0)
-            terms = self._decode_terms[num_seqs] = (
-                self._linear_s(num_seqs), k.q_s_per_token * num_seqs, sampling_s, allreduce_s)
-        return terms
+        the operations step_time_s uses (so the sum, taken in the same order, is the same float).
+        No all-reduce is 0.0: adding +0.0 leaves a positive time unchanged."""
+        k = self._k
+        sampling_s = max(k.lm_head_s_per_row * num_seqs, k.lm_head_weight_s + k.logit_s_per_row * num_seqs)
+        allreduce_s = (k.allreduces * (k.allreduce_s_per_token * num_seqs + self.allreduce_latency_s)
+                       if k.allreduces else 0.0)
+        return self._linear_s(num_seqs), k.q_s_per_token * num_seqs, sampling_s, allreduce_s
 
     def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
                             longest: np.ndarray) -> np.ndarray:
