@@ -22,7 +22,7 @@ import numpy as np
 
 from simulator.atomic_files import atomic_write, put_in_place, staging_folder
 from simulator.csv_format import BlankableColumn, csv_chunks, csv_text  # noqa: F401 (csv_text: re-exported)
-from simulator.metrics.request_arrays import float_arrays, int_arrays
+from simulator.metrics.request_arrays import request_arrays
 from simulator.metrics.step_log import STEP_COLUMNS, StepLog
 from simulator.metrics.summary import latencies_s, latency_arrays_s
 from simulator.parallel_write import can_fork
@@ -92,9 +92,9 @@ class ResultWriter:
             atomic_write(self._staging / REQUESTS_CSV, lambda f: _write_requests_csv(f, requests))
         else:
             self._helper.end_steps()
-            ordered = _by_id(requests)
-            self._helper.write_table(REQUESTS_CSV, REQUEST_COLUMNS, len(ordered),
-                                     lambda start, stop: request_columns(ordered[start:stop]))
+            columns = request_columns(requests)
+            self._helper.write_table(REQUESTS_CSV, REQUEST_COLUMNS, len(requests),
+                                     lambda start, stop: [c[start:stop] for c in columns])
         put_in_place(self._staging, self.target)
         self._staging = None
         return self.target
@@ -125,8 +125,8 @@ def request_rows(requests: Iterable[Request]) -> list[list]:
 def request_columns(requests: Iterable[Request]) -> list[Sequence]:
     """The ``REQUEST_COLUMNS`` over the requests by id, each a numpy array, a ``BlankableColumn``
     or a list whose unknown values are None (what ``csv_text`` takes)."""
-    requests = list(requests)
-    columns = _read_exact(requests)
+    requests = requests if isinstance(requests, Sequence) else list(requests)
+    columns = request_arrays(requests)
     if columns is None:   # unknown times, or ints among them: cell by cell, as latencies_s does
         return _request_columns_by_cell(sorted(requests, key=attrgetter("request_id")))
     ids = columns["request_id"]
@@ -139,10 +139,6 @@ def request_columns(requests: Iterable[Request]) -> list[Sequence]:
 
 # -- internals -----------------------------------------------------------------------------------
 _REQUEST_ATTRIBUTES = REQUEST_COLUMNS[:9]     # read straight off each Request
-_COUNT_ATTRIBUTES = ("request_id", "num_prompt_tokens", "num_output_tokens", "num_preemptions",
-                     "num_cached_tokens")
-_TIME_ATTRIBUTES = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "last_token_s",
-                    "client_queue_s")
 
 
 def _write_requests_csv(f: TextIO, requests: Sequence[Request]) -> None:
@@ -152,21 +148,6 @@ def _write_requests_csv(f: TextIO, requests: Sequence[Request]) -> None:
 def _write_steps_csv(f: TextIO, step_log: StepLog) -> None:
     columns = step_log.to_columns()
     f.writelines(csv_chunks(STEP_COLUMNS, [columns[name] for name in STEP_COLUMNS]))
-
-
-def _by_id(requests: Sequence[Request]) -> Sequence[Request]:
-    """The requests in request id order (as they are, when they already are)."""
-    ids = np.fromiter(map(attrgetter("request_id"), requests), np.int64, len(requests))
-    return requests if not np.any(ids[1:] < ids[:-1]) else sorted(
-        requests, key=attrgetter("request_id"))
-
-
-def _read_exact(requests: list[Request]) -> dict[str, np.ndarray] | None:
-    """Every count as int64 and every time as float64, or None when some time is None or an int
-    (an array would change its text) or some count is not an int."""
-    counts = int_arrays(requests, _COUNT_ATTRIBUTES)
-    times = counts and float_arrays(requests, _TIME_ATTRIBUTES)
-    return times and {**counts, **times}
 
 
 def _latency_columns_ms(columns: dict[str, np.ndarray]) -> list[Sequence]:

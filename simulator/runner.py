@@ -15,6 +15,7 @@ from cost_models.model_spec import ModelSpec, load_model
 from simulator.defaults import default_max_num_batched_tokens, default_max_num_seqs
 from simulator.engine import Simulation, SimulationResult
 from simulator.kv_cache import KVCache
+from simulator.metrics.request_arrays import FinishedRequests
 from simulator.metrics.step_log import StepLog
 from simulator.metrics.summary import summarize
 from simulator.request import Request
@@ -186,6 +187,8 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True,
                      max_concurrency=prepared.trace.max_concurrency, router=scenario.engine.router,
                      fast_forward=fast_forward)
     result = sim.run()
+    # The requests no longer change: the summary and the result files share one reading of them.
+    requests = result.requests = FinishedRequests(result.requests)
     goodput = scenario.metrics.goodput.as_dict() if scenario.metrics.goodput else None
     summary = summarize(requests, duration_s=None if not requests else result.end_s - _run_start(prepared),
                         percentiles=scenario.metrics.percentiles, goodput_slos_ms=goodput,

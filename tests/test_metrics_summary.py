@@ -237,7 +237,8 @@ def test_summary_from_arrays_is_the_request_by_request_summary(monkeypatch, keep
     kwargs = dict(duration_s=out.result.end_s, percentiles=(50, 90, 99.9), step_log=out.result.step_log,
                   max_concurrency=64, request_rate=20.0, goodput_slos_ms={"ttft": 100, "tpot": 20})
     from_arrays = summarize(out.result.requests, **kwargs)
-    monkeypatch.setattr(summary_module, "float_arrays", lambda *args: None)
+    assert summary_module.request_arrays(out.result.requests) is not None   # the arrays path
+    monkeypatch.setattr(summary_module, "request_arrays", lambda requests: None)
     by_request = summarize(out.result.requests, **kwargs)
     assert json.dumps(from_arrays, sort_keys=True) == json.dumps(by_request, sort_keys=True)
     assert (from_arrays["median_itl_ms"] is None) is not keep_gaps

@@ -1,10 +1,13 @@
-"""Request attributes as numpy arrays, read in one pass over the requests.
+"""Request attributes as numpy arrays, read in one pass over the requests per type.
 
 A million requests are a million scattered objects, so reading them is memory-bound: each request
-is touched once for all the attributes wanted, not once per attribute. The arrays are exact
-stand-ins for the attribute values (same text, same arithmetic) only when every value has the
-arrays' type, so anything else (a None, an int among float times) gives None and the caller goes
-value by value.
+is touched once for all the counts wanted and once for all the times, not once per attribute. The
+arrays are exact stand-ins for the attribute values (same text, same arithmetic) only when every
+count is an int and every time a float, so anything else (a None, an int among float times) gives
+None and the caller goes value by value.
+
+A finished run's requests no longer change, so ``FinishedRequests`` keeps its arrays once read:
+the summary and the result files share one reading.
 """
 from __future__ import annotations
 
@@ -14,23 +17,44 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+COUNTS = ("request_id", "num_prompt_tokens", "num_output_tokens", "num_preemptions",
+          "num_cached_tokens")
+TIMES = ("arrival_s", "scheduled_s", "first_token_s", "finish_s", "last_token_s",
+         "client_queue_s", "itl_sq_sum_s2", "max_itl_s")
 
-def float_arrays(requests: Sequence, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
-    """``names`` (two or more) of every request as float64 arrays; None unless every value is
-    a float (``float.__float__`` refuses an int or None)."""
-    return _read(requests, names, float.__float__, np.float64)
+
+class FinishedRequests(list):
+    """The requests of a run that has ended, in the run's order, with their ``request_arrays``
+    read at most once. Only for requests that will not change again: the arrays are not
+    re-read."""
+    __slots__ = ("_arrays",)
+
+    def arrays(self) -> dict[str, np.ndarray] | None:
+        if not hasattr(self, "_arrays"):
+            self._arrays = read_request_arrays(self)
+        return self._arrays
 
 
-def int_arrays(requests: Sequence, names: tuple[str, ...]) -> dict[str, np.ndarray] | None:
-    """``names`` (two or more) of every request as int64 arrays; None unless every value is an
-    int within int64."""
-    return _read(requests, names, int.__index__, np.int64)
+def request_arrays(requests: Sequence) -> dict[str, np.ndarray] | None:
+    """Every ``COUNTS`` attribute as int64 and every ``TIMES`` attribute as float64, in the
+    requests' order (``FinishedRequests``: the arrays it has read)."""
+    if isinstance(requests, FinishedRequests):
+        return requests.arrays()
+    return read_request_arrays(requests)
+
+
+def read_request_arrays(requests: Sequence) -> dict[str, np.ndarray] | None:
+    """``request_arrays`` read now; None unless every count is an int within int64 and every
+    time a float (an unfinished request's None times, an int time: arrays would change the
+    text)."""
+    # conjugate() is the cheapest exact check: a method of int (float) refusing anything else.
+    counts = _read(requests, COUNTS, int.conjugate, np.int64)
+    times = counts and _read(requests, TIMES, float.conjugate, np.float64)
+    return times and {**counts, **times}
 
 
 def _read(requests: Sequence, names: tuple[str, ...], exact: Callable,
           dtype: type) -> dict[str, np.ndarray] | None:
-    if len(names) < 2:
-        raise ValueError(f"request arrays names: {names!r} must name two or more attributes")
     try:
         flat = np.fromiter(map(exact, chain.from_iterable(map(attrgetter(*names), requests))),
                            dtype, len(requests) * len(names))

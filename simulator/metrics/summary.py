@@ -27,14 +27,12 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from simulator.metrics.quantiles import median, percentile
-from simulator.metrics.request_arrays import float_arrays, int_arrays
+from simulator.metrics.request_arrays import request_arrays
 from simulator.metrics.step_log import StepLog
 from simulator.metrics.timeseries import EngineSeries
 from simulator.request import Request
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
-_TIME_ATTRIBUTES = ("arrival_s", "first_token_s", "last_token_s", "itl_sq_sum_s2", "max_itl_s",
-                    "client_queue_s")
 
 
 def latencies_s(request: Request) -> tuple[float, float | None, float] | None:
@@ -86,8 +84,8 @@ def summarize(requests: Sequence[Request], duration_s: float | None = None,
     """
     pcts = _check_percentiles(percentiles)
     slos = _check_slos(goodput_slos_ms)
-    done = [r for r in requests if r.finish_s is not None]
-    lat = _Latencies(done)
+    done, arrays = _completed(requests)
+    lat = _Latencies(done, arrays)
     dur_s = _duration_s(done, duration_s)
     result: dict = {"duration": dur_s, "completed": len(done), "failed": 0,
                     "num_prompts": len(requests), "max_concurrency": max_concurrency,
@@ -108,29 +106,38 @@ def summarize(requests: Sequence[Request], duration_s: float | None = None,
     return result
 
 
+def _completed(requests: Sequence[Request]) -> tuple[Sequence[Request], dict | None]:
+    """The completed requests and their ``request_arrays`` (None when not exact)."""
+    arrays = request_arrays(requests)
+    if arrays:   # every finish_s is a float: all completed
+        return requests, arrays
+    done = [r for r in requests if r.finish_s is not None]
+    return done, request_arrays(done) if len(done) < len(requests) else None
+
+
 class _Latencies:
     """Arrays over completed requests, in the order given."""
 
-    def __init__(self, done: Sequence[Request]):
+    def __init__(self, done: Sequence[Request], arrays: dict[str, np.ndarray] | None):
+        """``arrays``: ``request_arrays(done)``, None when they are not exact."""
         n = len(done)
-        counts = int_arrays(done, ("num_prompt_tokens", "num_output_tokens"))
-        self.num_prompt = counts["num_prompt_tokens"] if counts else \
+        # With every time a float, numpy's float operations give latencies_s's bits.
+        self.arrays = arrays
+        self.num_prompt = arrays["num_prompt_tokens"] if arrays else \
             np.fromiter((r.num_prompt_tokens for r in done), np.int64, n)
-        self.num_output = counts["num_output_tokens"] if counts else \
+        self.num_output = arrays["num_output_tokens"] if arrays else \
             np.fromiter((r.num_output_tokens for r in done), np.int64, n)
         self.num_gaps = np.maximum(self.num_output - 1, 0)
-        # With every time a float, numpy's float operations give latencies_s's bits.
-        self.times = counts and float_arrays(done, _TIME_ATTRIBUTES)
-        if self.times is None:
+        if arrays is None:
             self.arrival_s = np.fromiter((r.arrival_s for r in done), np.float64, n)
             triples = [latencies_s(r) for r in done]
             self.ttft_s = np.fromiter((t[0] for t in triples), np.float64, n)
             self.e2el_s = np.fromiter((t[2] for t in triples), np.float64, n)
             all_tpot_s = np.array([0.0 if t[1] is None else t[1] for t in triples], np.float64)
         else:
-            self.arrival_s = self.times["arrival_s"]
+            self.arrival_s = arrays["arrival_s"]
             self.ttft_s, all_tpot_s, self.e2el_s = latency_arrays_s(
-                self.arrival_s, self.times["first_token_s"], self.times["last_token_s"], self.num_output)
+                self.arrival_s, arrays["first_token_s"], arrays["last_token_s"], self.num_output)
         has_tpot = self.num_output > 1     # TPOT only for out > 1 ...
         self.tpot_s = all_tpot_s[has_tpot]
         # ... and goodput treats out <= 1 as TPOT 0 (vLLM's all_tpots).
@@ -212,8 +219,8 @@ def _itl_stats_from_sums_ms(done: Sequence[Request], lat: _Latencies,
     """Pooled mean and population std from the per-request sums; quantiles unknown (None).
     The sums are Python's ``sum`` over the requests in order, from arrays or not."""
     n = int(lat.num_gaps.sum())
-    if lat.times:
-        t = lat.times
+    if lat.arrays:
+        t = lat.arrays
         itl_sums_s = (t["last_token_s"] - t["first_token_s"]).tolist()   # Request.itl_sum_s
         sq_sums_s2 = t["itl_sq_sum_s2"].tolist()
     else:
@@ -258,7 +265,7 @@ def _peak_concurrency(lat: _Latencies) -> int:
 def _client_queue_stats_ms(done: Sequence[Request], lat: _Latencies, pcts: tuple[float, ...],
                            with_e2el: bool) -> dict:
     """vLLM's extra blocks under ``--max-concurrency``: time held by the client's semaphore."""
-    queue_s = lat.times["client_queue_s"] if lat.times else \
+    queue_s = lat.arrays["client_queue_s"] if lat.arrays else \
         np.fromiter((getattr(r, "client_queue_s", 0.0) for r in done), np.float64, len(done))
     stats = _stats_ms("client_queue_time", queue_s, pcts)
     if with_e2el:
@@ -268,9 +275,12 @@ def _client_queue_stats_ms(done: Sequence[Request], lat: _Latencies, pcts: tuple
 
 def _servesim_fields(requests: Sequence[Request], done: Sequence[Request], lat: _Latencies,
                      step_log: StepLog | None) -> dict:
-    max_itls_s = lat.times["max_itl_s"].tolist() if lat.times else [r.max_itl_s for r in done]
+    max_itls_s = lat.arrays["max_itl_s"].tolist() if lat.arrays else [r.max_itl_s for r in done]
+    # Preemptions of every request, finished or not: the arrays hold them all when all finished.
+    preemptions = lat.arrays["num_preemptions"].sum() if lat.arrays and done is requests else \
+        sum(map(attrgetter("num_preemptions"), requests))
     fields = {"num_unfinished": len(requests) - len(done),
-              "num_preemptions": int(sum(map(attrgetter("num_preemptions"), requests))),
+              "num_preemptions": int(preemptions),
               "max_itl_ms": max(max_itls_s, default=0.0) * 1000}
     fields.update(_step_fields(step_log))
     return fields
