@@ -174,3 +174,92 @@ def test_columns_are_read_only_and_owned_by_the_log():
     rebuilt = StepLog.from_columns(source)
     source["end_s"][0] = 9.0                      # the caller's array changes, the log does not
     assert rebuilt.to_columns()["end_s"].tolist() == [0.125, 0.1875, 0.25]
+
+
+def _random_calls(rng: np.random.Generator, num_calls: int) -> list[tuple[str, tuple]]:
+    """A mix like the engine's: mostly decode runs of a few rows, single appended rows between
+    them (sometimes none, so runs come back to back), and an empty run now and then."""
+    calls, t = [], 0.0
+    for _ in range(num_calls):
+        if rng.random() < 0.4:
+            n = int(rng.integers(0, 9))
+            row = (t, t + 0.25, n + 1, 1, n, 300 + n, 300, n + 1, int(rng.integers(0, 5)),
+                   float(rng.random()), int(rng.integers(0, 2)))
+            calls.append(("append", row))
+            t += 0.25
+        else:
+            k = int(rng.integers(0, 7))
+            ends = [t + 0.1 * (j + 1) for j in range(k)]
+            rows = [int(x) for x in rng.integers(1, 64, k)]
+            calls.append(("decode", (t, ends, rows, [r + 1 for r in rows],
+                                     [int(x) for x in rng.integers(0, 9, k)],
+                                     [float(x) for x in rng.random(k)])))
+            t = ends[-1] if k else t
+    return calls
+
+
+def _as_appends(start_s, ends, rows, running, waiting, kv):
+    starts = [start_s, *ends[:-1]]
+    return [(starts[j], ends[j], rows[j], 0, rows[j], rows[j], 0, running[j], waiting[j], kv[j], 0)
+            for j in range(len(ends))]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_mixes_equal_row_by_row_appends_chunk_for_chunk(monkeypatch, seed):
+    monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", 7)
+    logged, expected, handed = StepLog(), StepLog(), []
+    logged.stream_to(handed.append)
+    sizes, pending = [], 0   # a chunk is handed over as soon as 7 rows or more are pending
+    for kind, args in _random_calls(np.random.default_rng(seed), 60):
+        if kind == "append":
+            logged.append(*args)
+            rows = [args]
+        else:
+            logged.extend_decode_steps(*args)
+            rows = _as_appends(*args)
+        for row in rows:
+            expected.append(*row)
+        pending += len(rows)
+        if pending >= 7:
+            sizes, pending = sizes + [pending], 0
+    logged.flush()
+    sizes += [pending] if pending else []
+    assert [len(chunk["start_s"]) for chunk in handed] == sizes
+    got, want = logged.to_columns(), expected.to_columns()
+    for name in STEP_COLUMNS:
+        assert got[name].dtype == want[name].dtype, name
+        assert got[name].tobytes() == want[name].tobytes(), name
+        assert np.concatenate([c[name] for c in handed]).tobytes() == got[name].tobytes(), name
+
+
+def test_values_keep_their_exact_bits_in_both_kinds_of_row():
+    floats = [-0.0, float("nan"), 5e-324, 0.1 + 0.2, 1e308]
+    counts = [2**62, -1, np.int64(7), 0, 3]   # a numpy integer is an integer too
+    log = StepLog()
+    for i in range(2):
+        log.append(floats[i], floats[i + 1], counts[i], counts[i + 1], 0, counts[i + 2], 0,
+                   counts[i], counts[i + 1], floats[i + 2], counts[i + 3])
+    log.extend_decode_steps(floats[0], floats, counts, counts, counts, floats)
+    cols = log.to_columns()
+    as_float = np.array(floats, np.float64).tobytes()
+    assert cols["end_s"][2:].tobytes() == cols["kv_usage"][2:].tobytes() == as_float
+    assert cols["start_s"][2:].tobytes() == np.array([-0.0, *floats[:-1]]).tobytes()
+    assert cols["num_seqs"][2:].tolist() == cols["num_waiting"][2:].tolist() == \
+        [2**62, -1, 7, 0, 3]
+    assert cols["start_s"][:2].tobytes() == np.array(floats[:2]).tobytes()
+    assert cols["kv_usage"][:2].tobytes() == np.array(floats[2:4]).tobytes()
+    assert cols["num_preemptions"][:2].tolist() == [0, 3]
+
+
+def test_a_value_of_the_wrong_kind_is_refused_naming_its_field():
+    with pytest.raises(ValueError, match=r"^append num_tokens: 2\.5 must be an integer$"):
+        StepLog().append(0.0, 1.0, 1, 0, 1, 2.5, 0, 1, 0, 0.5, 0)
+    with pytest.raises(ValueError, match=r"^append kv_usage: 'full' must be a number$"):
+        StepLog().append(0.0, 1.0, 1, 0, 1, 1, 0, 1, 0, "full", 0)
+    log = StepLog()
+    log.extend_decode_steps(0.0, [0.5, 1.0], [2, 2], [2, 2.0], [0, 0], [0.1, 0.1])
+    with pytest.raises(ValueError, match=r"^extend_decode_steps num_running: 2\.0 must be an "
+                                         r"integer$"):
+        log.flush()
+    with pytest.raises(ValueError, match=r"^extend_decode_steps start_s: None must be a number$"):
+        StepLog().extend_decode_steps(None, [0.5], [2], [2], [0], [0.1])

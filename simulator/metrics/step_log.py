@@ -1,10 +1,12 @@
 """Per-step log: one row per simulated forward pass, stored column-wise.
 
 The engine logs once per step and a run can have millions of steps, so nothing per step is an
-object: ``append`` keeps a plain tuple, ``extend_decode_steps`` extends six plain lists (a decode
-run's other columns follow from them), and every ``_CHUNK_ROWS`` rows both are moved into one
-numpy array per column: 88 bytes per step once flushed. Converting a list to an array a column
-at a time costs about half what a tuple-per-row structured conversion does.
+object: ``append`` packs its row into 88 bytes at once (``struct``, native float64 times and KV
+usage, int64 counts), ``extend_decode_steps`` extends five plain lists (a decode run's other
+columns follow from them), and every ``_CHUNK_ROWS`` rows both are moved into one numpy array per
+column. The flush joins the packed rows, packs each decode list in one ``struct`` call (about a
+third of what numpy's conversion of a list costs) and puts both kinds of row in logged order with
+one ``take``: about a fifth of the instructions of converting per column and scattering by mask.
 
 Fast-forward (``append_many``) stores its k steps expanded, one row each, so ``steps.csv`` has one
 row per step and is byte-identical to the step-by-step run. Step times are accumulated one addition
@@ -12,6 +14,7 @@ at a time (``t += dt``), exactly as SimPy advances ``env.now`` per ``timeout(dt)
 """
 from __future__ import annotations
 
+import struct
 from itertools import accumulate, repeat
 from typing import Callable, Sequence
 
@@ -32,29 +35,38 @@ _COLUMNS: tuple[tuple[str, type], ...] = (
     ("num_preemptions", np.int64),     # decided while forming this step
 )
 STEP_COLUMNS: tuple[str, ...] = tuple(name for name, _ in _COLUMNS)
-_DTYPES = dict(_COLUMNS)
 _CHUNK_ROWS = 8192
 _PER_STEP_FIELDS = STEP_COLUMNS[2:]   # everything but the two times
-# A decode-run row: its own start, end, row count, queues and KV usage; no prefill, no preemption,
-# and num_seqs = num_decode_seqs = num_tokens = the row count.
-_DECODE_COLUMNS = ("start_s", "end_s", "num_seqs", "num_running", "num_waiting", "kv_usage")
-_DECODE_SOURCE = {"start_s": 0, "end_s": 1, "num_seqs": 2, "num_decode_seqs": 2, "num_tokens": 2,
-                  "num_running": 3, "num_waiting": 4, "kv_usage": 5}   # else 0
+_CODES = {np.float64: "d", np.int64: "q"}   # struct's native codes: both 8 bytes, no padding
+_pack_row = struct.Struct("".join(_CODES[dtype] for _, dtype in _COLUMNS)).pack
+# A pending decode run: its first pending row number, its row count and its start time.
+_pack_run = struct.Struct("qqd").pack
+_COLUMN_INDEX = {name: i for i, name in enumerate(STEP_COLUMNS)}
+# A decode-run row: its end, row count, queues and KV usage (each a pending list, in this order);
+# its start is the previous row's end (the run's start for its first row); no prefill, no
+# preemption, and num_seqs = num_decode_seqs = num_tokens = the row count.
+_DECODE_LISTS = (("end_s", np.float64, ("end_s",)),
+                 ("num_rows", np.int64, ("num_seqs", "num_decode_seqs", "num_tokens")),
+                 ("num_running", np.int64, ("num_running",)),
+                 ("num_waiting", np.int64, ("num_waiting",)),
+                 ("kv_usage", np.float64, ("kv_usage",)))
+_DECODE_ZERO_COLUMNS = [i for i, name in enumerate(STEP_COLUMNS) if name != "start_s"
+                        and all(name not in targets for _, _, targets in _DECODE_LISTS)]
 
 
 class StepLog:
     """Columnar log of simulated steps; ``to_columns()`` gives one numpy array per column."""
 
     def __init__(self) -> None:
-        self._appended: list[tuple] = []                 # pending rows from append()
-        self._decode: tuple[list, ...] = tuple([] for _ in _DECODE_COLUMNS)   # pending decode rows
-        self._decode_runs: list[tuple[int, int]] = []    # (pending row number, rows) of each run
+        self._appended: list[bytes] = []                 # pending rows from append(), packed
+        self._decode: tuple[list, ...] = tuple([] for _ in _DECODE_LISTS)   # pending decode rows
+        self._decode_runs: list[bytes] = []              # each pending run, packed (_pack_run)
         self._chunks: list[dict[str, np.ndarray]] = []
         self._num_chunked_rows = 0
         self._on_chunk: Callable[[dict[str, np.ndarray]], None] | None = None
 
     def __len__(self) -> int:
-        return self._num_chunked_rows + len(self._appended) + len(self._decode[1])
+        return self._num_chunked_rows + len(self._appended) + len(self._decode[0])
 
     @property
     def num_steps(self) -> int:
@@ -64,28 +76,38 @@ class StepLog:
                num_decode_seqs: int, num_tokens: int, num_prefill_tokens: int,
                num_running: int, num_waiting: int, kv_usage: float,
                num_preemptions: int) -> None:
-        """Record one step. Hot path: no validation, one tuple append."""
-        self._appended.append((start_s, end_s, num_seqs, num_prefill_seqs, num_decode_seqs,
-                               num_tokens, num_prefill_tokens, num_running, num_waiting,
-                               kv_usage, num_preemptions))
-        if len(self._appended) + len(self._decode[1]) >= _CHUNK_ROWS:
+        """Record one step. Hot path: one packed row appended (a count that is no integer, or a
+        time or KV usage that is no number, is refused)."""
+        try:
+            self._appended.append(_pack_row(start_s, end_s, num_seqs, num_prefill_seqs,
+                                            num_decode_seqs, num_tokens, num_prefill_tokens,
+                                            num_running, num_waiting, kv_usage, num_preemptions))
+        except struct.error:   # a row tuple built before packing would cost every call
+            raise ValueError(_refusal("append", (start_s, end_s, num_seqs, num_prefill_seqs,
+                                                 num_decode_seqs, num_tokens, num_prefill_tokens,
+                                                 num_running, num_waiting, kv_usage,
+                                                 num_preemptions))) from None
+        if len(self._appended) + len(self._decode[0]) >= _CHUNK_ROWS:
             self._flush()
 
     def extend_decode_steps(self, start_s: float, end_s: list[float], num_rows: list[int],
                             num_running: list[int], num_waiting: list[int],
                             kv_usage: list[float]) -> None:
         """Record back-to-back all-decode steps (a multi-step advance): step i runs from the
-        previous end (``start_s`` for the first) to ``end_s[i]`` with ``num_rows[i]`` decodes."""
+        previous end (``start_s`` for the first) to ``end_s[i]`` with ``num_rows[i]`` decodes.
+        The lists are packed when the rows are flushed: a value that is not a number (an integer,
+        for the counts) is refused then."""
         k = len(end_s)
         if len(num_rows) != k or len(num_running) != k or len(num_waiting) != k \
                 or len(kv_usage) != k:
             raise ValueError(f"extend_decode_steps: per-step lists must all have len(end_s)={k}")
         if not k:
             return
-        starts, ends, rows, running, waiting, kv = self._decode
-        self._decode_runs.append((len(self._appended) + len(ends), k))
-        starts.append(start_s)
-        starts.extend(end_s[:-1])
+        ends, rows, running, waiting, kv = self._decode
+        try:
+            self._decode_runs.append(_pack_run(len(self._appended) + len(ends), k, start_s))
+        except struct.error:
+            raise ValueError(f"extend_decode_steps start_s: {start_s!r} must be a number") from None
         ends.extend(end_s)
         rows.extend(num_rows)
         running.extend(num_running)
@@ -165,40 +187,90 @@ class StepLog:
         return self._chunks[0]
 
     def _flush(self) -> None:
-        """Move the pending rows into one chunk, in the order they were logged."""
-        num_appended, num_decode = len(self._appended), len(self._decode[1])
-        if not num_appended + num_decode:
+        """Move the pending rows into one chunk, in the order they were logged. The chunk is built
+        as rows of 8-byte words (a float column's words are its float64 bits): the appended rows
+        are their packed bytes as they are, and one take puts both kinds of row in order."""
+        num_appended, num_decode = len(self._appended), len(self._decode[0])
+        num_rows = num_appended + num_decode
+        if not num_rows:
             return
-        appended = [np.array(c, dtype) for c, (_, dtype) in zip(zip(*self._appended), _COLUMNS)]
-        decode = [np.array(c, _DTYPES[name]) for c, name in zip(self._decode, _DECODE_COLUMNS)]
-        is_decode = self._decode_rows(num_appended + num_decode)
-        is_appended = ~is_decode
-        chunk = {}
-        for i, (name, dtype) in enumerate(_COLUMNS):
-            column = np.zeros(num_appended + num_decode, dtype)
+        words = np.empty((num_rows, len(_COLUMNS)), np.int64)   # np.zeros would cost more
+        if num_appended:
+            words[:num_appended] = np.frombuffer(b"".join(self._appended), np.int64).reshape(
+                num_appended, len(_COLUMNS))
+        if num_decode:
+            runs = np.frombuffer(b"".join(self._decode_runs), np.int64).reshape(-1, 3)
+            self._fill_decode_columns(words[num_appended:].T, runs)
             if num_appended:
-                column[is_appended] = appended[i]
-            if num_decode and name in _DECODE_SOURCE:
-                column[is_decode] = decode[_DECODE_SOURCE[name]]
-            chunk[name] = column
-        self._add_chunk(chunk)
+                words = words.take(_logged_order(runs, num_appended, num_rows), axis=0)
+        words = words.T.copy()   # one contiguous row per column
+        self._store({name: words[i].view(dtype) for i, (name, dtype) in enumerate(_COLUMNS)})
         self._appended = []
-        self._decode = tuple([] for _ in _DECODE_COLUMNS)
+        self._decode = tuple([] for _ in _DECODE_LISTS)
         self._decode_runs = []
 
-    def _decode_rows(self, num_rows: int) -> np.ndarray:
-        """Which pending rows came from ``extend_decode_steps`` (a boolean mask)."""
-        edges = np.zeros(num_rows + 1, np.int64)
-        if self._decode_runs:
-            first, k = np.array(self._decode_runs, np.int64).T
-            np.add.at(edges, first, 1)
-            np.add.at(edges, first + k, -1)
-        return np.cumsum(edges[:-1]) > 0
+    def _fill_decode_columns(self, columns: np.ndarray, runs: np.ndarray) -> None:
+        """The pending decode rows' words, written into ``columns`` (one row per column)."""
+        columns[_DECODE_ZERO_COLUMNS] = 0
+        for values, (name, dtype, targets) in zip(self._decode, _DECODE_LISTS):
+            words = _packed_words(name, values, dtype)
+            for target in targets:
+                columns[_COLUMN_INDEX[target]] = words
+            if name == "end_s":   # a row starts where the row before it ended ...
+                columns[_COLUMN_INDEX["start_s"], 1:] = words[:-1]
+        num_rows = runs[:, 1]   # ... except a run's first row, which starts at the run's start
+        columns[_COLUMN_INDEX["start_s"], np.cumsum(num_rows) - num_rows] = runs[:, 2]
 
     def _add_chunk(self, chunk: dict[str, np.ndarray]) -> None:
         # A copy of each column: the log never shares storage with its caller's arrays.
-        stored = {name: np.array(chunk[name], dtype) for name, dtype in _COLUMNS}
+        self._store({name: np.array(chunk[name], dtype) for name, dtype in _COLUMNS})
+
+    def _store(self, stored: dict[str, np.ndarray]) -> None:
+        """Keep a chunk of the log's own arrays (and hand it on, when streaming)."""
         self._chunks.append(stored)
-        self._num_chunked_rows += len(chunk["start_s"])
+        self._num_chunked_rows += len(stored["start_s"])
         if self._on_chunk is not None:
             self._on_chunk(stored)
+
+
+def _packed_words(name: str, values: list, dtype: type) -> np.ndarray:
+    """A pending decode list as 8-byte words (a float's bits), packed in one call."""
+    try:
+        return np.frombuffer(struct.pack(f"{len(values)}{_CODES[dtype]}", *values), np.int64)
+    except struct.error:
+        bad = next(v for v in values if not _packs(_CODES[dtype], v))
+        raise ValueError(f"extend_decode_steps {name}: {bad!r} must be "
+                         f"{_KIND[dtype]}") from None
+
+
+def _logged_order(runs: np.ndarray, num_appended: int, num_rows: int) -> np.ndarray:
+    """Chunk row i is row ``order[i]`` of [appended rows, then decode rows]. The pending rows
+    alternate between gaps of appended rows and decode runs: within each stretch the order is
+    the row number plus one shift (per stretch, spread by ``np.repeat``)."""
+    first, k = runs[:, 0], runs[:, 1]
+    decode_before = np.concatenate(([0], np.cumsum(k)))   # decode rows before each gap
+    bounds = np.empty(2 * len(runs) + 2, np.int64)
+    bounds[0], bounds[-1] = 0, num_rows
+    bounds[1:-1:2], bounds[2:-1:2] = first, first + k
+    shifts = np.empty(2 * len(runs) + 1, np.int64)
+    shifts[0::2] = -decode_before
+    shifts[1::2] = num_appended + decode_before[:-1] - first
+    return np.repeat(shifts, np.diff(bounds)) + np.arange(num_rows)
+
+
+_KIND = {np.float64: "a number", np.int64: "an integer"}
+
+
+def _packs(code: str, value) -> bool:
+    try:
+        struct.pack(code, value)
+    except struct.error:
+        return False
+    return True
+
+
+def _refusal(method: str, row: tuple) -> str:
+    """One line naming the first field of a row that cannot be stored, and what it must be."""
+    (name, dtype), value = next(((n, d), v) for (n, d), v in zip(_COLUMNS, row)
+                                if not _packs(_CODES[d], v))
+    return f"{method} {name}: {value!r} must be {_KIND[dtype]}"
