@@ -373,16 +373,11 @@ class DecodeCohort:
 
     def _leavers(self, g: int) -> list[Request]:
         """The members whose last token is step g's, taken out materialised, in running order."""
-        finishes = self._finishes
-        end = 0
-        while end < len(finishes) and finishes[end][0] <= g:
-            end += 1
-        if not end:
-            return []
-        finished = [item[2] for item in finishes[:end]]
-        del finishes[:end]
-        for request in finished:
+        finishes, finished = self._finishes, []
+        while finishes and finishes[0][0] <= g:   # usually one: no slice or comprehension
+            request = finishes.pop(0)[2]
             self.materialise(request, finishing=True)
+            finished.append(request)
         return finished
 
     def _drop_old_steps(self) -> None:

@@ -74,7 +74,7 @@ class SarathiScheduler(Scheduler):
             # Request.is_prefill and num_remaining_tokens, inlined (every step passes here)
             remaining = request.num_prompt_tokens + request.num_output_tokens - request.num_computed_tokens
             if (remaining > 1 or request.num_output_tokens == 0) and request not in batch:
-                n = min(remaining, budget)
+                n = remaining if remaining < budget else budget   # min(), without the builtin's call
                 self.schedule_tokens(batch, request, n)  # blocks were allocated at admission
                 budget -= n
         return budget
@@ -90,6 +90,8 @@ class SarathiScheduler(Scheduler):
                 break
             self.waiting.popleft()
             self.admit(request, now_s)
-            n = min(request.num_tokens, budget)
+            n = request.num_tokens
+            if n > budget:   # min(), without the builtin's call
+                n = budget
             self.schedule_tokens(batch, request, n)
             budget -= n
