@@ -174,10 +174,11 @@ class DecodeCohort:
         """A leaving member's counted blocks: one at first_block and every block_size steps
         after, through the last step whose blocks were taken."""
         later = self._later
-        i = bisect_left(later, (first_block, key))
-        if i < len(later) and later[i][1] == key:
-            del later[i]   # its first block was not due yet
-            return
+        if later:   # usually empty: a prompt's last block has room for less than a block_size
+            i = bisect_left(later, (first_block, key))
+            if i < len(later) and later[i][1] == key:
+                del later[i]   # its first block was not due yet
+                return
         bs, taken_through = self.kv.block_size, self._taken_through
         self._due_at_phase[first_block % bs] -= 1
         if first_block <= taken_through:
