@@ -182,8 +182,6 @@ class RooflineAttention:
             compute_s, memory_s = (k.attn_s_per_pair * pairs, k.kv_s_per_token * (prefill_ctx + prefill_tokens)
                                    + k.q_s_per_token * prefill_tokens)
             per_layer += memory_s if memory_s > compute_s else compute_s
-        else:
-            per_layer += 0.0
         return per_layer  # the roofline's constants already count every layer
 
     def decode_s(self, num_decodes: int, decode_ctx):

@@ -52,12 +52,10 @@ class DecodeCohort:
         # largest gap since step a is the first entry at or after a (a member's max ITL).
         self._max_steps: list[int] = []
         self._max_gaps: list[float] = []
+        # The members in running order (joins append; a dict, so a leaver goes in O(1)):
         # request -> (join step, computed, outputs, last token s, key, base, last step,
-        #             cohort step of its first new block), in running order (joins append).
-        self._joined: dict[Request, tuple] = {}
-        # The members, in running order: the same dict (a leaver goes in O(1); a list's
-        # remove compared it with each member before it).
-        self.members: dict[Request, tuple] = self._joined
+        #             cohort step of its first new block).
+        self.members: dict[Request, tuple] = {}
         self._next_key = 0
         self._counted = kv.counts_only   # blocks are counts: take them per step phase
         self._taken_through = -1         # the last step whose blocks were taken
@@ -82,7 +80,7 @@ class DecodeCohort:
         return len(self.members)
 
     def __contains__(self, request: Request) -> bool:
-        return request in self._joined
+        return request in self.members
 
     def outside(self, running: list[Request]) -> list[Request]:
         """The running requests that are not members, in running order (every step of some
@@ -91,7 +89,7 @@ class DecodeCohort:
         missing = len(running) - len(self.members)
         if missing <= 0:
             return []
-        joined, found = self._joined, []
+        joined, found = self.members, []
         for request in reversed(running):
             if request not in joined:
                 found.append(request)
@@ -115,7 +113,7 @@ class DecodeCohort:
         last_step = g + steps_left - 1
         kv = self.kv
         next_block = g + kv._num_blocks.get(request, 0) * kv.block_size - computed   # num_token_slots_of
-        self._joined[request] = (g, computed, outputs, request.last_token_s, key, base, last_step,
+        self.members[request] = (g, computed, outputs, request.last_token_s, key, base, last_step,
                                  next_block)
         self.base_sum += base
         insort(self._bases, (base, key))
@@ -131,7 +129,7 @@ class DecodeCohort:
     def materialise(self, request: Request, finishing: bool = False) -> None:
         """Bring a member's fields up to date and take it out of the cohort (``finishing``: it
         emitted its last token and is about to free its blocks)."""
-        g0, computed, outputs, last_token_s, key, base, _, first_block = self._joined.pop(request)
+        g0, computed, outputs, last_token_s, key, base, _, first_block = self.members.pop(request)
         if self._counted:
             self._credit_blocks(request, key, first_block)
         else:
@@ -191,7 +189,7 @@ class DecodeCohort:
             return
         bs, taken_through = self.kv.block_size, self._taken_through
         for request in self.members:
-            *_, key, _, _, first_block = self._joined[request]
+            *_, key, _, _, first_block = self.members[request]
             next_block = first_block
             if first_block <= taken_through:
                 taken = (taken_through - first_block) // bs + 1
@@ -383,7 +381,7 @@ class DecodeCohort:
 
     def _drop_old_steps(self) -> None:
         """Forget steps before the oldest member joined (members join in list order)."""
-        oldest = next(iter(self._joined.values()))[0] if self._joined else self.num_steps - 1
+        oldest = next(iter(self.members.values()))[0] if self.members else self.num_steps - 1
         drop = oldest - self.first
         if drop > 0:
             del self.ends[:drop], self.gaps[:drop], self.sq_prefix[:drop]
@@ -421,7 +419,7 @@ class DecodeCohort:
             now_s, i = seg_ends[-1], stop
             while finishes[left][0] < g + i:     # members whose last step has passed
                 gone.add(finishes[left][1])
-                base_sum -= self._joined[finishes[left][2]][5]
+                base_sum -= self.members[finishes[left][2]][5]
                 rows -= 1
                 left += 1
             while bases[top][1] in gone:
@@ -449,7 +447,7 @@ class DecodeCohort:
             return m   # each member takes at most one block in m <= block_size steps
         steps = []
         for step, _, request in due[:end]:
-            steps.extend(range(step, min(g + m, self._joined[request][6] + 1), bs))
+            steps.extend(range(step, min(g + m, self.members[request][6] + 1), bs))
         if len(steps) <= free:
             return m
         steps.sort()
@@ -459,7 +457,7 @@ class DecodeCohort:
         """_steps_with_free_blocks from the per-phase counts: step by step, members leave the
         counts after their last step and late first blocks join them when due."""
         g, bs, free = self.num_steps, self.kv.block_size, self.kv.num_free_blocks
-        due_at_phase, finishes, joined = list(self._due_at_phase), self._finishes, self._joined
+        due_at_phase, finishes, joined = list(self._due_at_phase), self._finishes, self.members
         later = [(first, last) for first, key, request in self._later
                  if first <= (last := joined[request][6])]
         waiting_keys = {key for _, key, _ in self._later}

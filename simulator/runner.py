@@ -215,10 +215,12 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True,
     sim = Simulation(requests, schedulers, prepared.cost_model, step_log,
                      max_concurrency=prepared.trace.max_concurrency, router=scenario.engine.router,
                      fast_forward=fast_forward)
-    result = sim.run()
-    # The requests no longer change: the summary and the result files share one reading of them.
-    requests = result.requests = FinishedRequests(result.requests)
-    gc.unfreeze()   # (a run that fails stays frozen until the next run's end)
+    try:
+        result = sim.run()
+        # The requests no longer change: the summary and the result files share one reading.
+        requests = result.requests = FinishedRequests(result.requests)
+    finally:
+        gc.unfreeze()   # make_requests froze them (a failed run too)
     goodput = scenario.metrics.goodput.as_dict() if scenario.metrics.goodput else None
     summary = summarize(requests, duration_s=None if not requests else result.end_s - _run_start(prepared),
                         percentiles=scenario.metrics.percentiles, goodput_slos_ms=goodput,
