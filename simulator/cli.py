@@ -1,6 +1,9 @@
 """The `servesim` command. User mistakes print one line and exit 2; no traceback."""
 from __future__ import annotations
 
+import atexit
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -97,5 +100,35 @@ def schedulers() -> None:
         click.echo(f"{name:<20}{p.cls.family:<16}{p.description.strip().splitlines()[0]}")
 
 
+def entry() -> None:
+    """The `servesim` console script: ``main``, then the shortest way out of the process.
+
+    When a command has ended (its files closed, its output flushed), Python's teardown would
+    only free, object by object, memory that the OS takes back at once: ~60 ms for the modules
+    a `run` imports, more after a large run. Exit handlers still run: ``_leave`` is registered
+    before any other, so it runs after all of them. An uncaught exception leaves the usual way."""
+    atexit.register(_leave)
+    try:
+        main()
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            _exit_status.append(exc.code or 0)
+        raise
+
+
+_exit_status: list[int] = []   # set by entry() once main has exited with a status
+
+
+def _leave() -> None:
+    if not _exit_status:
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):   # a closed or broken pipe: Python's own exit reports it
+        return
+    os._exit(_exit_status[-1])
+
+
 if __name__ == "__main__":
-    main()
+    entry()
