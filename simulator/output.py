@@ -2,8 +2,9 @@
 
 A run's folder appears only once all three files are complete (``atomic_files``: a staging
 folder renamed into place); any failure removes the staging folder, so nothing half-written ever
-looks like a result. A large run's files are partly written by a forked helper
-(``streaming_write``): steps.csv while the simulation runs, part of requests.csv at the end.
+looks like a result. A large run's files are mostly written by a forked helper
+(``streaming_write``): steps.csv and the finished requests' rows of requests.csv while the
+simulation runs, part of the rest at the end.
 
 Output is byte-stable: floats are written with ``repr`` (shortest exact round-trip), JSON keys are
 sorted, and rows follow request id / step order, so the same seed gives the same bytes.
@@ -16,13 +17,14 @@ import os
 import shutil
 from operator import attrgetter
 from pathlib import Path
-from typing import Any, Iterable, Sequence, TextIO
+from typing import Any, Callable, Iterable, Sequence, TextIO
 
 import numpy as np
 
 from simulator.atomic_files import atomic_write, put_in_place, staging_folder
 from simulator.csv_format import BlankableColumn, csv_chunks, csv_text  # noqa: F401 (csv_text: re-exported)
-from simulator.metrics.request_arrays import request_arrays
+from simulator.metrics.finished_prefix import FinishedPrefix
+from simulator.metrics.request_arrays import FinishedRequests, request_arrays
 from simulator.metrics.step_log import STEP_COLUMNS, StepLog
 from simulator.metrics.summary import latencies_s, latency_arrays_s
 from simulator.parallel_write import can_fork
@@ -55,8 +57,9 @@ class ResultWriter:
     folder and no helper process behind.
 
     Where ``can_fork``, a helper process shares the work: with ``stream``, one forked on entry
-    formats steps.csv as the log fills; else one forked by ``finish`` when the log is long. Either
-    way it then formats part of requests.csv while the parent formats the rest."""
+    formats steps.csv as the log fills, and the rows of requests finished so far
+    (``watch_requests``); else one forked by ``finish`` when the log is long. Either way it then
+    formats part of requests.csv's rest while the parent formats the other part."""
 
     def __init__(self, result_dir: str | os.PathLike, step_log: StepLog | None = None,
                  stream: bool = False):
@@ -67,6 +70,8 @@ class ResultWriter:
         self._stream = stream
         self._staging: Path | None = None
         self._helper: ForkedWriter | None = None
+        self._prefix: FinishedPrefix | None = None   # the watched requests, read as they finish
+        self._num_streamed = 0                        # requests.csv rows sent to the helper
 
     def __enter__(self) -> "ResultWriter":
         if self._stream and can_fork():
@@ -79,8 +84,25 @@ class ResultWriter:
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
 
+    def watch_requests(self, requests: Sequence[Request]) -> None:
+        """The requests of the run about to be simulated, in increasing id order, whose fields
+        no longer change once ``finish_s`` is set. With a helper, each time the log stores a
+        chunk, the requests finished since (up to the first unfinished one) are read and their
+        rows go to requests.csv."""
+        if self._helper is not None:
+            self._prefix = FinishedPrefix(requests)
+            self._helper.stream_table(REQUESTS_CSV, REQUEST_COLUMNS, self._next_request_rows)
+
+    def finished_requests(self, requests: Sequence[Request]) -> FinishedRequests:
+        """The watched requests once the run has ended, with the arrays read as they finished
+        (the rest read now): the summary's and requests.csv's one reading."""
+        if self._prefix is None:
+            return FinishedRequests(requests)
+        return FinishedRequests(requests, self._prefix.read_rest())
+
     def finish(self, requests: Sequence[Request], summary: dict) -> Path:
-        """Write the three files and put the folder in place (replacing an older one)."""
+        """Write the three files and put the folder in place (replacing an older one).
+        ``requests``: the watched ones, if ``watch_requests`` was called."""
         if self._helper is None and len(self.step_log) + len(requests) >= MIN_FORKED_ROWS \
                 and can_fork():
             self._start_helper()
@@ -92,9 +114,9 @@ class ResultWriter:
             atomic_write(self._staging / REQUESTS_CSV, lambda f: _write_requests_csv(f, requests))
         else:
             self._helper.end_steps()
-            columns = request_columns(requests)
-            self._helper.write_table(REQUESTS_CSV, REQUEST_COLUMNS, len(requests),
-                                     lambda start, stop: [c[start:stop] for c in columns])
+            first, read_rows = self._num_streamed, self._request_rows_reader(requests)
+            self._helper.write_table(REQUESTS_CSV, REQUEST_COLUMNS, len(requests) - first,
+                                     lambda start, stop: read_rows(first + start, first + stop))
         put_in_place(self._staging, self.target)
         self._staging = None
         return self.target
@@ -102,6 +124,30 @@ class ResultWriter:
     def _start_helper(self) -> None:
         self._staging = staging_folder(self.target)
         self._helper = ForkedWriter(self._staging, self.step_log)
+
+    def _next_request_rows(self) -> list[Sequence] | None:
+        """The columns of the requests finished since the last chunk (None: none)."""
+        start, stop = self._prefix.advance()
+        if stop == start:
+            return None
+        self._num_streamed = stop
+        return self._prefix_columns(start, stop)
+
+    def _request_rows_reader(self, requests: Sequence[Request]) -> Callable[[int, int], list]:
+        """``read_rows(start, stop)``: the columns of those rows of requests.csv."""
+        if self._prefix is not None:
+            if len(requests) != len(self._prefix.requests):
+                raise ValueError(f"finish: {len(requests)} requests, but "
+                                 f"{len(self._prefix.requests)} were watched")
+            return self._prefix_columns
+        columns = request_columns(requests)
+        return lambda start, stop: [c[start:stop] for c in columns]
+
+    def _prefix_columns(self, start: int, stop: int) -> list[Sequence]:
+        arrays = self._prefix.piece(start, stop)
+        if arrays is None:   # not exact as arrays: cell by cell
+            return request_columns(self._prefix.requests[start:stop])
+        return _array_columns(arrays)
 
 
 def write_results(result_dir: str | os.PathLike, requests: Sequence[Request],
@@ -133,12 +179,17 @@ def request_columns(requests: Iterable[Request]) -> list[Sequence]:
     if np.any(ids[1:] < ids[:-1]):
         order = np.argsort(ids, kind="stable")   # the order sorted() gives
         columns = {name: values[order] for name, values in columns.items()}
-    return [*(columns[name] for name in _REQUEST_ATTRIBUTES), *_latency_columns_ms(columns),
-            columns["client_queue_s"] * 1000]
+    return _array_columns(columns)
 
 
 # -- internals -----------------------------------------------------------------------------------
 _REQUEST_ATTRIBUTES = REQUEST_COLUMNS[:9]     # read straight off each Request
+
+
+def _array_columns(columns: dict[str, np.ndarray]) -> list[Sequence]:
+    """The ``REQUEST_COLUMNS`` of requests read into arrays (``request_arrays``), in their order."""
+    return [*(columns[name] for name in _REQUEST_ATTRIBUTES), *_latency_columns_ms(columns),
+            columns["client_queue_s"] * 1000]
 
 
 def _write_requests_csv(f: TextIO, requests: Sequence[Request]) -> None:

@@ -30,10 +30,10 @@ def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool =
                f"cost model {scenario.cost_model.get('kind')}, seed {scenario.seed}")
     outputs = []
     for run in prepared.runs:
-        # A long run's steps.csv is written by a forked helper while the run is simulated.
+        # A long run's files are written by a forked helper while the run is simulated.
         stream = len(prepared.trace) >= MIN_STREAMED_REQUESTS
         with ResultWriter(out_dir / run.label, stream=stream) as writer:
-            output = simulate(prepared, run, step_log=writer.step_log)
+            output = simulate(prepared, run, writer=writer)
             writer.finish(output.result.requests, output.summary)
         outputs.append(output)
     click.echo(format_table([o.summary for o in outputs]))

@@ -203,14 +203,21 @@ class RunOutput:
 
 
 def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True,
-             step_log: StepLog | None = None) -> RunOutput:
-    """Run one scheduler; ``step_log``: an empty log to record the steps in (one that streams
-    them to a result writer), else a new one."""
+             step_log: StepLog | None = None, writer=None) -> RunOutput:
+    """Run one scheduler; ``step_log``: an empty log to record the steps in, else a new one.
+    ``writer``: a ``ResultWriter`` the run is written by (its log records the steps; it is
+    shown the requests, to write them as they finish)."""
     scenario = prepared.scenario
     requests = make_requests(prepared.trace, scenario.metrics.record_itl_gaps, freeze=True)
     schedulers = [run.scheduler_cls(run.options, run.scheduler_cls.make_kv_cache(
         run.options, run.num_gpu_blocks, scenario.engine.block_size), run.context)
         for _ in range(scenario.engine.num_replicas)]
+    if writer is not None:
+        step_log = writer.step_log
+        # Scheduler.finish sets a request's last fields; one that overrides it may come back
+        # to finished requests (static's hf variant rewrites its whole batch at the batch end).
+        if all(type(s).finish is Scheduler.finish for s in schedulers):
+            writer.watch_requests(requests)
     step_log = StepLog() if step_log is None else step_log
     sim = Simulation(requests, schedulers, prepared.cost_model, step_log,
                      max_concurrency=prepared.trace.max_concurrency, router=scenario.engine.router,
@@ -218,7 +225,8 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True,
     try:
         result = sim.run()
         # The requests no longer change: the summary and the result files share one reading.
-        requests = result.requests = FinishedRequests(result.requests)
+        requests = result.requests = FinishedRequests(result.requests) if writer is None \
+            else writer.finished_requests(result.requests)
     finally:
         gc.unfreeze()   # make_requests froze them (a failed run too)
     goodput = scenario.metrics.goodput.as_dict() if scenario.metrics.goodput else None

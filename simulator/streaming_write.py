@@ -1,12 +1,16 @@
-"""steps.csv written by a forked helper while the run goes on, and a table shared at the end.
+"""steps.csv written by a forked helper while the run goes on, a table streamed alongside it, and
+the table's rest shared at the end.
 
 The simulation uses one core. A helper forked before it starts receives each chunk of the step
 log as the log stores it (8,192 rows, raw array bytes over a pipe) and appends its text to
-steps.csv, so that file is all but done when the run ends. The parent then reads requests.csv's
-columns (only it holds the finished requests) and sends them over; both processes format the
-table's pieces, the helper from the first piece on, straight into the file, the parent from the
-last piece back, kept in memory, until they meet (``PieceDealer``). The parent appends its pieces
-once the helper is done: the file is assembled in row order, never copied.
+steps.csv, so that file is all but done when the run ends. A table whose rows become known during
+the run (requests.csv: the requests finished so far, in id order) is streamed at the same ticks:
+after each chunk the parent sends the table's next rows, and the helper appends their text to the
+table's temp file. At the end the parent sends the table's rest (all of it, if nothing was
+streamed); both processes format its pieces, the helper from the first piece on, straight into
+the file, the parent from the last piece back, kept in memory, until they meet (``PieceDealer``).
+The parent appends its pieces once the helper is done: the file is assembled in row order, never
+copied.
 
 Text is ``csv_format``'s, piece by piece: a table written in parts is byte for byte the whole.
 """
@@ -30,12 +34,15 @@ _STEP_PIECE_ROWS = 16384
 
 class ForkedWriter:
     """A helper writing ``staging``'s steps.csv from ``step_log`` (what it holds now, then each
-    chunk it stores until ``end_steps``) and sharing ``write_table``'s work. ``close`` ends the
-    helper, on any path; after ``wait`` it has nothing left to do."""
+    chunk it stores until ``end_steps``), appending a ``stream_table``'s rows as they come and
+    sharing ``write_table``'s work. ``close`` ends the helper, on any path; after ``wait`` it has
+    nothing left to do."""
 
     def __init__(self, staging: Path, step_log: StepLog):
         self._staging, self._step_log = staging, step_log
         self._dealer = PieceDealer()
+        self._table: tuple[str, Path, tuple] | None = None   # streamed: name, temp file, header
+        self._next_rows: Callable[[], Sequence | None] | None = None
         step_log.flush()   # the helper's copy of the log holds every row logged so far
         try:
             self._helper = Helper(lambda inbox: _helper_job(inbox, staging, step_log, self._dealer))
@@ -44,18 +51,30 @@ class ForkedWriter:
             raise
         step_log.stream_to(self._send_chunk)
 
+    def stream_table(self, name: str, header: Sequence[str],
+                     next_rows: Callable[[], Sequence | None]) -> None:
+        """Stream ``staging/name``'s first rows: after each chunk of the log, ``next_rows()``
+        gives the table's next rows (their columns; None: none yet), appended by the helper.
+        ``write_table`` writes the rest."""
+        self._table = (name, temp_file(self._staging / name), tuple(header))
+        self._next_rows = next_rows
+
     def end_steps(self) -> None:
-        """The log is complete: the helper finishes steps.csv."""
+        """The log is complete: the helper finishes steps.csv (a streamed table stops)."""
         self._step_log.flush()
         self._step_log.stream_to(None)
+        self._next_rows = None
         self._helper.send(None)
 
     def write_table(self, name: str, header: Sequence[str], num_rows: int,
                     read_rows: Callable[[int, int], Sequence[Sequence]]) -> None:
-        """Write ``staging/name`` with the helper, then wait for the helper to end.
-        ``read_rows(start, stop)``: those rows' columns. Each piece goes to the helper as soon
-        as it is read, so the helper starts on the first while the rest are read."""
-        tmp = temp_file(self._staging / name)
+        """Write ``staging/name`` (the rest of it, after the rows streamed) with the helper,
+        then wait for the helper to end. ``num_rows``: the rows left; ``read_rows(start,
+        stop)``: those rows' columns, counted from the first row left. Each piece goes to the
+        helper as soon as it is read, so the helper starts on the first while the rest are
+        read."""
+        streamed = self._table is not None and self._table[0] == name
+        tmp = self._table[1] if streamed else temp_file(self._staging / name)
         self._helper.send((tmp, tuple(header)))
         rows = piece_rows(num_rows)
         starts = range(0, num_rows, rows)
@@ -79,25 +98,51 @@ class ForkedWriter:
 
     def _send_chunk(self, chunk: dict[str, np.ndarray]) -> None:
         self._helper.send([chunk[name] for name in STEP_COLUMNS])
+        if self._next_rows is not None and (rows := self._next_rows()) is not None:
+            self._helper.send((*self._table[1:], rows))
 
 
 def _helper_job(inbox: Inbox, staging: Path, step_log: StepLog, dealer: PieceDealer) -> None:
-    atomic_write(staging / STEPS_CSV, lambda f: _write_steps(f, inbox, step_log))
-    tmp, header = inbox.receive()
-    with open_text(tmp, "w") as f:
-        f.write(",".join(header) + "\n")
+    tables = _OpenTables()
+    try:
+        atomic_write(staging / STEPS_CSV, lambda f: _write_steps(f, inbox, step_log, tables))
+        f = tables.file(*inbox.receive())   # the table to share: streamed so far, or new
         # Front pieces come in order (0, 1, 2, ...), as the parent sends them.
         while dealer.take_front() is not None:
             f.write(_table_text(inbox.receive()))
+    finally:
+        tables.close()
 
 
-def _write_steps(f: TextIO, inbox: Inbox, step_log: StepLog) -> None:
-    """steps.csv: the rows the log held when the helper was forked, then each chunk received."""
+class _OpenTables:
+    """The helper's open table files, by temp path; each opened with its header line."""
+
+    def __init__(self) -> None:
+        self._files: dict[Path, TextIO] = {}
+
+    def file(self, tmp: Path, header: tuple) -> TextIO:
+        if tmp not in self._files:
+            self._files[tmp] = open_text(tmp, "w")
+            self._files[tmp].write(",".join(header) + "\n")
+        return self._files[tmp]
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+
+
+def _write_steps(f: TextIO, inbox: Inbox, step_log: StepLog, tables: _OpenTables) -> None:
+    """steps.csv: the rows the log held when the helper was forked, then each chunk received;
+    a streamed table's rows (tmp, header, columns) come between the chunks."""
     f.write(",".join(STEP_COLUMNS) + "\n")
     logged = step_log.to_columns()
     gathered = [[logged[name] for name in STEP_COLUMNS]] if len(step_log) else []
-    while (chunk := inbox.receive()) is not None:
-        gathered.append(chunk)
+    while (message := inbox.receive()) is not None:
+        if isinstance(message, tuple):
+            tmp, header, rows = message
+            tables.file(tmp, header).write(_table_text(rows))
+            continue
+        gathered.append(message)
         if sum(len(c[0]) for c in gathered) >= _STEP_PIECE_ROWS:
             f.writelines(_steps_text(gathered))
             gathered = []

@@ -1,4 +1,5 @@
-"""ResultWriter with a helper forked before the run: steps.csv streamed, requests.csv shared."""
+"""ResultWriter with a helper forked before the run: steps.csv and the finished requests' rows
+streamed, the rest of requests.csv shared."""
 from __future__ import annotations
 
 import os
@@ -51,10 +52,25 @@ def prepared_run(path: Path, overrides=(), scheduler=None):
     return prepared, prepared.runs[0]
 
 
-def run_and_write(target: Path, prepared, run, forked: bool) -> Path:
+def run_and_write(target: Path, prepared, run, forked: bool, fast_forward: bool = True) -> Path:
     with ResultWriter(target, stream=forked) as writer:
-        out = simulate(prepared, run, step_log=writer.step_log)
+        out = simulate(prepared, run, fast_forward, writer=writer)
         return writer.finish(out.result.requests, out.summary)
+
+
+@pytest.fixture
+def streamed_rows(monkeypatch):
+    """The (start, stop) of each piece of requests.csv streamed during a run."""
+    pieces = []
+    next_rows = ResultWriter._next_request_rows
+
+    def recording(self):
+        rows = next_rows(self)
+        if rows is not None:
+            pieces.append((self._num_streamed - len(rows[0]), self._num_streamed))
+        return rows
+    monkeypatch.setattr(ResultWriter, "_next_request_rows", recording)
+    return pieces
 
 
 @pytest.mark.parametrize("scenario, overrides, scheduler", [
@@ -70,6 +86,60 @@ def test_streamed_files_are_the_bytes_written_in_one_process(tmp_path, forks, sc
     for name in FILES:
         assert (forked / name).read_bytes() == (plain / name).read_bytes(), name
     assert sorted(p.name for p in tmp_path.iterdir()) == ["forked", "plain"]
+
+
+@pytest.mark.parametrize("scenario, overrides, exact, chunk_rows", [
+    ("bench/standard.yaml", ["workload.num_requests=300"], True, 64),
+    # One step logged at a time: the last chunk is stored before the last requests finish.
+    ("bench/standard.yaml", ["workload.num_requests=300"], True, 1000),
+    ("scenarios/preemption_storm.yaml", ["workload.arrival.kind=poisson",
+                                         "workload.arrival.rate=40"], True, 64),
+    ("scenarios/preemption_storm.yaml", [], False, 64),   # all sent at SimPy's int 0: by cell
+])
+def test_requests_streamed_as_they_finish_are_the_bytes_written_at_the_end(
+        tmp_path, forks, streamed_rows, monkeypatch, scenario, overrides, exact, chunk_rows):
+    """Rows go out in id order, each piece up to the first unfinished request, though later
+    requests finish first (shorter outputs, preemptions); the rest is shared at the end."""
+    monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", chunk_rows)
+    prepared, run = prepared_run(ROOT / scenario, overrides, "vllm_v1")
+    fast_forward = chunk_rows == 64
+    with ResultWriter(tmp_path / "forked", stream=True) as writer:
+        out = simulate(prepared, run, fast_forward, writer=writer)
+        assert (writer._prefix.arrays is not None) is exact
+        forked = writer.finish(out.result.requests, out.summary)
+    plain = run_and_write(tmp_path / "plain", prepared, run, False, fast_forward)
+    for name in FILES:
+        assert (forked / name).read_bytes() == (plain / name).read_bytes(), name
+    finish_s = [r.finish_s for r in out.result.requests]
+    assert finish_s != sorted(finish_s)   # some finished before a request ahead of them
+    if "preemption" in scenario:
+        assert out.summary["num_preemptions"] > 0
+    assert len(streamed_rows) > 1 and streamed_rows[0][0] == 0
+    assert all(a[1] == b[0] for a, b in zip(streamed_rows, streamed_rows[1:]))
+    if not fast_forward:   # 2,293 steps: the last requests finish after the last chunk
+        assert streamed_rows[-1][1] < len(finish_s)
+
+
+def test_a_streamed_runs_requests_are_read_once_for_summary_and_files(tmp_path, forks,
+                                                                     monkeypatch):
+    from simulator.metrics import finished_prefix
+    read, lengths = finished_prefix.read_request_arrays, []
+    monkeypatch.setattr(finished_prefix, "read_request_arrays",
+                        lambda requests: lengths.append(len(requests)) or read(requests))
+    prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
+                                 "vllm_v1")
+    run_and_write(tmp_path / "run", prepared, run, forked=True)
+    assert len(lengths) > 1 and sum(lengths) == 300
+
+
+def test_a_static_batch_is_written_at_the_end(tmp_path, forks, streamed_rows):
+    """Static's hf variant rewrites its whole batch's times when the batch ends, after earlier
+    members finished: its requests are read once the run is over."""
+    prepared, run = prepared_run(ROOT / "scenarios/toy_unit.yaml", [], "static")
+    forked = run_and_write(tmp_path / "forked", prepared, run, forked=True)
+    plain = run_and_write(tmp_path / "plain", prepared, run, forked=False)
+    assert streamed_rows == []
+    assert (forked / "requests.csv").read_bytes() == (plain / "requests.csv").read_bytes()
 
 
 @pytest.mark.parametrize("share", ["a slow helper: the parent takes most pieces",
@@ -112,8 +182,8 @@ def test_a_helper_failing_mid_run_raises_its_error_and_leaves_nothing(tmp_path, 
     assert len(forks) == 1 and list((tmp_path / "results").iterdir()) == []
 
 
-def test_a_helper_failing_on_its_share_of_requests_raises_its_error(tmp_path, forks,
-                                                                    monkeypatch):
+@pytest.mark.parametrize("when", ["streamed during the run", "shared at the end"])
+def test_a_helper_failing_on_requests_rows_raises_its_error(tmp_path, forks, monkeypatch, when):
     parent, piece_text = os.getpid(), streaming_write._table_text
 
     def fail_in_the_helper(columns):
@@ -124,7 +194,32 @@ def test_a_helper_failing_on_its_share_of_requests_raises_its_error(tmp_path, fo
     prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
                                  "vllm_v1")
     with pytest.raises(ValueError, match="bad piece"):
+        if when.startswith("streamed"):
+            run_and_write(tmp_path / "results" / "run", prepared, run, forked=True)
+        else:
+            out = simulate(prepared, run)
+            monkeypatch.setattr(output, "MIN_FORKED_ROWS", 0)
+            write_results(tmp_path / "results" / "run", out.result.requests,
+                          out.result.step_log, out.summary)
+    assert len(forks) == 1 and list((tmp_path / "results").iterdir()) == []
+
+
+@pytest.mark.parametrize("error", [RuntimeError("reading failed"), KeyboardInterrupt()])
+def test_a_failure_while_streaming_requests_ends_the_helper_and_leaves_nothing(
+        tmp_path, forks, streamed_rows, monkeypatch, error):
+    from simulator.metrics.finished_prefix import FinishedPrefix
+    advance = FinishedPrefix.advance
+
+    def fail_third_time(self):
+        if len(streamed_rows) == 2:
+            raise error
+        return advance(self)
+    monkeypatch.setattr(FinishedPrefix, "advance", fail_third_time)
+    prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
+                                 "vllm_v1")
+    with pytest.raises(type(error)):
         run_and_write(tmp_path / "results" / "run", prepared, run, forked=True)
+    assert len(forks) == 1 and len(streamed_rows) == 2
     assert list((tmp_path / "results").iterdir()) == []
 
 

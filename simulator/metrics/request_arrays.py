@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from itertools import chain
 from operator import attrgetter
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -28,6 +28,13 @@ class FinishedRequests(list):
     read at most once. Only for requests that will not change again: the arrays are not
     re-read."""
     __slots__ = ("_arrays",)
+
+    def __init__(self, requests: Iterable = (), arrays: dict[str, np.ndarray] | None = None):
+        """``arrays``: the requests' ``read_request_arrays``, already read as they finished
+        (``FinishedPrefix``); None: read when first asked."""
+        super().__init__(requests)
+        if arrays is not None:
+            self._arrays = arrays
 
     def arrays(self) -> dict[str, np.ndarray] | None:
         if not hasattr(self, "_arrays"):
