@@ -184,7 +184,7 @@ class Simulation:
             shape = batch.shape()
             yield env.timeout(cost.step_time_s(shape))
             end_s = env.now
-            if pull:
+            if pull and self._next_wake_s <= end_s:   # _pull_arrivals' own test, before the call
                 self._pull_arrivals(scheduler, end_s, start_s)
             finished = scheduler.on_step_end(batch, end_s)
             tokens, _, num_decodes, _, _, num_prefills, num_sampled, num_seqs = shape.work_counts
@@ -192,7 +192,8 @@ class Simulation:
                                  tokens - num_decodes,
                                  len(scheduler.running), len(scheduler.waiting), scheduler.kv.usage,
                                  batch.num_preempted)
-            watchdog.observe(num_sampled, batch.num_preempted, scheduler)
+            if not num_sampled or watchdog.steps_without_token:   # else observe() changes nothing
+                watchdog.observe(num_sampled, batch.num_preempted, scheduler)
             if finished:
                 self._on_finished(finished, end_s)
             if self.on_step is not None:
@@ -240,7 +241,8 @@ class Simulation:
         as it was."""
         num_waiting = [waiting_before] * (len(ends) - 1) + [len(scheduler.waiting)]
         self.step_log.extend_decode_steps(start_s, ends, num_rows, num_running, num_waiting, usage)
-        watchdog.observe(num_rows[-1], 0, scheduler)
+        if watchdog.steps_without_token:   # every step of a run samples: else nothing to reset
+            watchdog.observe(num_rows[-1], 0, scheduler)
 
     def _cohort_run(self, scheduler: Scheduler, watchdog: ProgressWatchdog, start_s: float,
                     terms_of, through: bool):
@@ -260,7 +262,7 @@ class Simulation:
             return False
         ends, usage, num_running = done
         yield from self._sleep_until(ends[-1])
-        if self.pull_arrivals:
+        if self.pull_arrivals and self._next_wake_s <= ends[-1]:
             self._pull_arrivals(scheduler, ends[-1], start_s)
         for finished, end_s in finishes:
             self._on_finished(finished, end_s)

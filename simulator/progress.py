@@ -33,6 +33,9 @@ class ProgressWatchdog:
         self.preemptions = 0
 
     def observe(self, num_sampled: int, num_preempted: int, scheduler) -> None:
+        """A step sampled ``num_sampled`` tokens and preempted ``num_preempted`` requests. A step
+        that samples while steps_without_token is 0 changes nothing (preemptions is 0 too): the
+        engine skips the call then."""
         if num_sampled:
             self.steps_without_token = 0
             self.preemptions = 0

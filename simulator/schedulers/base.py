@@ -5,6 +5,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
+from simulator.admission_step import AdmissionStep
 from simulator.batch import Batch
 from simulator.decode_cohort import DecodeCohort
 from simulator.kv_cache import KVCache
@@ -203,8 +204,10 @@ class Scheduler:
     def num_unfinished(self) -> int:
         return len(self.waiting) + len(self.running)
 
-    def on_step_end(self, batch: Batch, now_s: float) -> list[Request]:
+    def on_step_end(self, batch: Batch | AdmissionStep, now_s: float) -> list[Request]:
         """Every request that caught up samples one token (rule 1.3.1); finished ones free KV."""
+        if batch.__class__ is AdmissionStep:
+            return self._end_admission_step(batch, now_s)
         cohort = self.cohort
         finished = cohort.end_step(now_s) if batch.cohort_rows is not None else []
         max_model_len = self.max_model_len
@@ -228,15 +231,39 @@ class Scheduler:
             self._join_cohort(batch)
         return finished
 
-    def _join_cohort(self, batch: Batch) -> None:
+    def _end_admission_step(self, step: AdmissionStep, now_s: float) -> list[Request]:
+        """on_step_end for an AdmissionStep: its one request is running (the step preempted
+        nobody) and has no tokens in flight (a cohort means no async scheduling)."""
+        cohort = self.cohort
+        finished = cohort.end_step(now_s) if step.cohort_rows is not None else []
+        if step.sample:
+            request = step.request
+            num_tokens = request.num_prompt_tokens + request.num_output_tokens
+            request.record_token(now_s)
+            # rule 1.3.2 (ignore_eos): max_tokens reached, or the context is full.
+            if (request.num_output_tokens >= request.max_output_tokens
+                    or num_tokens + 1 >= self.max_model_len):
+                finished.append(request)
+        if finished:
+            self.finish(finished, now_s)
+        self._join_cohort(step)
+        return finished
+
+    def _join_cohort(self, batch: Batch | AdmissionStep) -> None:
         """Requests that decode from now on join the cohort: where members lead the running
         order, only while every running request before them is a member; else any of this
         step's requests that now decodes."""
         cohort, running = self.cohort, self.running
         if self.cohort_leads_running:
-            members = cohort.members
-            while len(running) > len(members) and _decodes_next(running[len(members)]):
-                cohort.join(running[len(members)])
+            # _decodes_next written out: every admission passes here once it has sampled
+            num_members = len(cohort.members)
+            while num_members < len(running):
+                r = running[num_members]
+                if (r.num_computed_tokens != r.num_prompt_tokens + r.num_output_tokens - 1
+                        or r.num_output_tokens == 0 or r.num_output_placeholders):
+                    return
+                cohort.join(r)
+                num_members += 1
             return
         for r in batch.requests:
             if r.status is RequestStatus.RUNNING and r not in cohort and _decodes_next(r):
