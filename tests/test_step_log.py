@@ -62,6 +62,19 @@ def test_streamed_chunks_after_the_stored_ones_are_the_whole_log(monkeypatch):
     assert all(tuple(chunk) == STEP_COLUMNS for chunk in handed)
 
 
+def test_a_receiver_of_a_chunk_reads_the_log_with_each_row_once(monkeypatch):
+    """A chunk is handed on once the pending rows are emptied: a receiver that reads (so
+    flushes) the log, as a helper forked at the first chunk does, sees every row once."""
+    monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", 4)
+    log, seen = StepLog(), []
+    log.stream_to(lambda chunk: seen.append(log.to_columns()["num_seqs"].tolist()))
+    for i in range(4):
+        log.append(float(i), float(i + 1), i, 0, i, i, 0, i, 0, i / 10, 0)
+    log.extend_decode_steps(4.0, [5.0, 6.0, 7.0, 8.0], [4, 5, 6, 7], [4] * 4, [0] * 4, [0.5] * 4)
+    assert seen == [[0, 1, 2, 3], [0, 1, 2, 3, 4, 5, 6, 7]]
+    assert len(log) == 8
+
+
 def test_empty_log_has_empty_columns():
     cols = StepLog().to_columns()
     assert tuple(cols) == STEP_COLUMNS and all(len(c) == 0 for c in cols.values())

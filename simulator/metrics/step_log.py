@@ -204,10 +204,11 @@ class StepLog:
             if num_appended:
                 words = words.take(_logged_order(runs, num_appended, num_rows), axis=0)
         words = words.T.copy()   # one contiguous row per column
-        self._store({name: words[i].view(dtype) for i, (name, dtype) in enumerate(_COLUMNS)})
+        # Emptied before the chunk is handed on: a receiver may read (or flush) the log.
         self._appended = []
         self._decode = tuple([] for _ in _DECODE_LISTS)
         self._decode_runs = []
+        self._store({name: words[i].view(dtype) for i, (name, dtype) in enumerate(_COLUMNS)})
 
     def _fill_decode_columns(self, columns: np.ndarray, runs: np.ndarray) -> None:
         """The pending decode rows' words, written into ``columns`` (one row per column)."""
