@@ -39,11 +39,17 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "num_output_tokens", "num_preemptions", "num_cached_tokens", "ttft_ms", "tpot_ms", "e2el_ms",
     "client_queue_ms")   # time held by the client's --max-concurrency limit (not in TTFT/E2EL)
 REQUESTS_CSV, SUMMARY_JSON = "requests.csv", "summary.json"
-# Runs of at least this many requests are written with a helper forked before the simulation.
-# Measured (bench/standard.yaml vllm_v1, medians of 7, this shared 2-core VM): the parent's CPU
-# for the files falls at every size (2k requests 0.061 -> 0.034 s, 5k 0.127 -> 0.046 s, 10k
-# 0.264 -> 0.103 s) but their wall time only from 10k on (5k 0.173 vs 0.168 s, 10k 0.424 ->
-# 0.277 s), and the fork costs ~3 ms; streaming a chunk costs the parent ~0.6 ms per 8,192 steps.
+# `servesim run` forks its helper before the simulation for runs of at least this many requests
+# (before their requests are built: the parent never copies those pages on write), and for
+# shorter runs once the step log stores its first chunk (8,192 steps; a shorter log is written in
+# one process). Measured in process, wall from the command's start to its end, means of 10-12
+# interleaved runs on this 2-core VM (one core mostly busy with other work), one process ->
+# forked at the first chunk (forked before the run): peer 1k vllm_v0 0.189 -> 0.167 (0.170) s,
+# sarathi 0.233 -> 0.207 (0.213) s; standard vllm_v1 3k 0.342 -> 0.299 (0.315) s, 3.5k 0.387 ->
+# 0.333 (0.320) s, 5k 0.463 -> 0.441 and 0.460 (0.416 and 0.406) s; 2k (6.8k steps: no chunk
+# stored before the end) 0.251 s, forked before the run 0.249 s. Whole peer 1k processes,
+# medians of 25 interleaved: vllm_v0 0.507 -> 0.494 s, sarathi 0.540 -> 0.520 s. The helper
+# costs ~30 ms of CPU of its own there: on a machine with no second core free it does not pay.
 MIN_STREAMED_REQUESTS = 10_000
 # A finished log at least this long (steps plus requests) is written with a helper forked at
 # write time: measured before the helper shared requests.csv, a 69k-row log's files took 0.56 s
@@ -57,28 +63,34 @@ class ResultWriter:
     folder and no helper process behind.
 
     Where ``can_fork``, a helper process shares the work: with ``stream``, one forked on entry
-    formats steps.csv as the log fills, and the rows of requests finished so far
-    (``watch_requests``); else one forked by ``finish`` when the log is long. Either way it then
-    formats part of requests.csv's rest while the parent formats the other part."""
+    (``fork_when_long``: once the log stores its first chunk) formats steps.csv as the log fills,
+    and the rows of requests finished so far (``watch_requests``); else one forked by ``finish``
+    when the log is long. Either way it then formats part of requests.csv's rest while the
+    parent formats the other part."""
 
     def __init__(self, result_dir: str | os.PathLike, step_log: StepLog | None = None,
-                 stream: bool = False):
+                 stream: bool = False, fork_when_long: bool = False):
         self.target = Path(result_dir)
         if self.target.exists() and not self.target.is_dir():
             raise ValueError(f"result_dir: {str(self.target)!r} exists and is not a folder")
         self.step_log = StepLog() if step_log is None else step_log
-        self._stream = stream
+        self._stream, self._fork_when_long = stream, fork_when_long
         self._staging: Path | None = None
         self._helper: ForkedWriter | None = None
+        self._watched: Sequence[Request] | None = None   # the running simulation's requests
         self._prefix: FinishedPrefix | None = None   # the watched requests, read as they finish
         self._num_streamed = 0                        # requests.csv rows sent to the helper
 
     def __enter__(self) -> "ResultWriter":
         if self._stream and can_fork():
-            self._start_helper()
+            if self._fork_when_long:
+                self.step_log.stream_to(self._fork_at_first_chunk)
+            else:
+                self._start_helper()
         return self
 
     def __exit__(self, *exc_info) -> None:
+        self.step_log.stream_to(None)
         if self._helper is not None:
             self._helper.close()
         if self._staging is not None:
@@ -89,13 +101,16 @@ class ResultWriter:
         no longer change once ``finish_s`` is set. With a helper, each time the log stores a
         chunk, the requests finished since (up to the first unfinished one) are read and their
         rows go to requests.csv."""
+        self._watched = requests
         if self._helper is not None:
-            self._prefix = FinishedPrefix(requests)
-            self._helper.stream_table(REQUESTS_CSV, REQUEST_COLUMNS, self._next_request_rows)
+            self._stream_requests()
 
     def finished_requests(self, requests: Sequence[Request]) -> FinishedRequests:
         """The watched requests once the run has ended, with the arrays read as they finished
         (the rest read now): the summary's and requests.csv's one reading."""
+        self._watched = None
+        if self._helper is None:   # the run is over: no helper forks at the log's last flush
+            self.step_log.stream_to(None)
         if self._prefix is None:
             return FinishedRequests(requests)
         return FinishedRequests(requests, self._prefix.read_rest())
@@ -124,6 +139,20 @@ class ResultWriter:
     def _start_helper(self) -> None:
         self._staging = staging_folder(self.target)
         self._helper = ForkedWriter(self._staging, self.step_log)
+
+    def _fork_at_first_chunk(self, chunk: dict) -> None:
+        """The log has stored its first chunk: the run is long enough for a helper to pay (the
+        helper's copy of the log holds the chunk; it then takes the log's chunks over)."""
+        if can_fork():
+            self._start_helper()
+            if self._watched is not None:
+                self._stream_requests()
+        else:
+            self.step_log.stream_to(None)
+
+    def _stream_requests(self) -> None:
+        self._prefix = FinishedPrefix(self._watched)
+        self._helper.stream_table(REQUESTS_CSV, REQUEST_COLUMNS, self._next_request_rows)
 
     def _next_request_rows(self) -> list[Sequence] | None:
         """The columns of the requests finished since the last chunk (None: none)."""

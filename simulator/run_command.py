@@ -30,9 +30,10 @@ def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool =
                f"cost model {scenario.cost_model.get('kind')}, seed {scenario.seed}")
     outputs = []
     for run in prepared.runs:
-        # A long run's files are written by a forked helper while the run is simulated.
-        stream = len(prepared.trace) >= MIN_STREAMED_REQUESTS
-        with ResultWriter(out_dir / run.label, stream=stream) as writer:
+        # A forked helper writes the files as the run goes: forked before a run of many
+        # requests, else once the step log proves long (output.MIN_STREAMED_REQUESTS).
+        few = len(prepared.trace) < MIN_STREAMED_REQUESTS
+        with ResultWriter(out_dir / run.label, stream=True, fork_when_long=few) as writer:
             output = simulate(prepared, run, writer=writer)
             writer.finish(output.result.requests, output.summary)
         outputs.append(output)

@@ -17,7 +17,7 @@ Text is ``csv_format``'s, piece by piece: a table written in parts is byte for b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Sequence, TextIO
+from typing import Callable, Iterator, Sequence, TextIO
 
 import numpy as np
 
@@ -27,9 +27,6 @@ from simulator.metrics.step_log import STEP_COLUMNS, StepLog
 from simulator.parallel_write import Helper, Inbox, PieceDealer
 
 STEPS_CSV = "steps.csv"
-# The helper formats received step chunks once this many rows have gathered: kv_usage and the
-# counts repeat across chunks, and each distinct value is formatted once per piece.
-_STEP_PIECE_ROWS = 16384
 
 
 class ForkedWriter:
@@ -135,25 +132,21 @@ def _write_steps(f: TextIO, inbox: Inbox, step_log: StepLog, tables: _OpenTables
     """steps.csv: the rows the log held when the helper was forked, then each chunk received;
     a streamed table's rows (tmp, header, columns) come between the chunks."""
     f.write(",".join(STEP_COLUMNS) + "\n")
-    logged = step_log.to_columns()
-    gathered = [[logged[name] for name in STEP_COLUMNS]] if len(step_log) else []
+    if len(step_log):
+        logged = step_log.to_columns()
+        f.writelines(_steps_text([logged[name] for name in STEP_COLUMNS]))
     while (message := inbox.receive()) is not None:
         if isinstance(message, tuple):
             tmp, header, rows = message
             tables.file(tmp, header).write(_table_text(rows))
-            continue
-        gathered.append(message)
-        if sum(len(c[0]) for c in gathered) >= _STEP_PIECE_ROWS:
-            f.writelines(_steps_text(gathered))
-            gathered = []
-    f.writelines(_steps_text(gathered))
+        else:
+            f.writelines(_steps_text(message))
 
 
-def _steps_text(chunks: list[list[np.ndarray]]):
-    if not chunks:
-        return []
-    columns = [np.concatenate(parts) for parts in zip(*chunks)]
-    return csv_row_chunks(columns, _STEP_PIECE_ROWS)
+def _steps_text(columns: Sequence[np.ndarray]) -> Iterator[str]:
+    """Step rows as text, each chunk as it comes (formatting two chunks together saves nothing
+    measurable), the rows held at the fork in pieces of 16,384 (the memory their text takes)."""
+    return csv_row_chunks(columns, 16384)
 
 
 def piece_rows(num_rows: int) -> int:

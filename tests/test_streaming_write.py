@@ -31,7 +31,6 @@ def forks(monkeypatch):
     monkeypatch.setattr(parallel_write.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(parallel_write.threading, "active_count", lambda: 1)
     monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", 64)
-    monkeypatch.setattr(streaming_write, "_STEP_PIECE_ROWS", 100)
     monkeypatch.setattr(streaming_write, "piece_rows", lambda num_rows: 7)
     fork = parallel_write.os.fork
 
@@ -169,7 +168,7 @@ def test_a_helper_failing_mid_run_raises_its_error_and_leaves_nothing(tmp_path, 
                                                                       monkeypatch):
     calls = []
 
-    def fail_second_time(chunks):
+    def fail_second_time(columns):
         calls.append(1)
         if len(calls) == 2:
             raise OSError("disk full (helper)")
@@ -276,20 +275,38 @@ def test_dealer_gives_each_piece_once_front_and_back_until_they_meet():
         dealer.close()
 
 
-def test_servesim_run_streams_a_long_run_and_writes_the_same_files(tmp_path, forks,
-                                                                   monkeypatch):
+@pytest.mark.parametrize("min_streamed", [1, 10**12])   # forked before the run, or at a chunk
+def test_servesim_run_streams_its_runs_and_writes_the_same_files(tmp_path, forks, monkeypatch,
+                                                                 min_streamed):
     from simulator import run_command
     scenario = ROOT / "scenarios/toy_unit.yaml"
-    monkeypatch.setattr(run_command, "MIN_STREAMED_REQUESTS", 1)
+    monkeypatch.setattr(run_command, "MIN_STREAMED_REQUESTS", min_streamed)
     run_command.run_scenario_file(scenario, tmp_path / "streamed", [], plots=False)
-    assert forks   # one helper per scheduler of the file
-    monkeypatch.setattr(run_command, "MIN_STREAMED_REQUESTS", 10**12)
-    monkeypatch.setattr(output, "MIN_FORKED_ROWS", 10**12)
+    helpers = len(forks)
+    monkeypatch.setattr(output, "can_fork", lambda: False)
     run_command.run_scenario_file(scenario, tmp_path / "plain", [], plots=False)
     runs = sorted(p.name for p in (tmp_path / "plain").iterdir())
     assert sorted(p.name for p in (tmp_path / "streamed").iterdir()) == runs
-    assert len(forks) == len(runs)
+    assert helpers == len(forks) == len(runs)   # one helper per scheduler of the file
     for run in runs:
         for name in FILES:
             assert (tmp_path / "streamed" / run / name).read_bytes() == \
                 (tmp_path / "plain" / run / name).read_bytes(), (run, name)
+
+
+@pytest.mark.parametrize("chunk_rows, helpers", [(64, 1), (10**6, 0)])
+def test_a_helper_is_forked_once_the_log_stores_its_first_chunk(tmp_path, forks, streamed_rows,
+                                                               monkeypatch, chunk_rows, helpers):
+    """A log shorter than a chunk is written in one process, even though the summary's reading
+    of it stores its one chunk; a longer one forks the helper at its first chunk, which then
+    writes what the log held, the chunks after it and the requests finished from then on."""
+    monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", chunk_rows)
+    prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
+                                 "vllm_v1")
+    with ResultWriter(tmp_path / "lazy", stream=True, fork_when_long=True) as writer:
+        out = simulate(prepared, run, writer=writer)
+        lazy = writer.finish(out.result.requests, out.summary)
+    assert len(forks) == helpers and (len(streamed_rows) > 0) == (helpers > 0)
+    plain = run_and_write(tmp_path / "plain", prepared, run, forked=False)
+    for name in FILES:
+        assert (lazy / name).read_bytes() == (plain / name).read_bytes(), name
