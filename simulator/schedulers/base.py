@@ -5,7 +5,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from simulator.admission_step import AdmissionStep
+from simulator.cohort_step import CohortStep
 from simulator.batch import Batch
 from simulator.decode_cohort import DecodeCohort
 from simulator.kv_cache import KVCache
@@ -131,7 +131,7 @@ class Scheduler:
     def non_members(self) -> list[Request]:
         """The running requests outside the decode cohort, in running order."""
         cohort = self.cohort
-        if cohort is None or not len(cohort):
+        if cohort is None or not cohort.members:
             return self.running
         return cohort.outside(self.running)
 
@@ -141,12 +141,12 @@ class Scheduler:
         the cohort, in running order) one by one, when all their new blocks are free; else the
         cohort is dissolved and every decoder goes one by one, in running order."""
         cohort = self.cohort
-        if cohort is not None and len(cohort):
+        if cohort is not None and cohort.members:
             kv = self.kv
             due = sum(1 for r in decoders if r.num_computed_tokens >= kv.num_token_slots_of(r)) if decoders else 0
             if cohort.begin_step(reserve_blocks=due):
                 batch.cohort_rows = cohort.decode_rows()
-                return len(cohort) + (self.schedule_decodes(batch, decoders) if decoders else 0)
+                return len(cohort.members) + (self.schedule_decodes(batch, decoders) if decoders else 0)
             chosen = set(cohort.members).union(decoders)
             cohort.dissolve()
             decoders = [r for r in self.running if r in chosen]
@@ -157,7 +157,7 @@ class Scheduler:
         members as one block of rows (their KV was reserved at admission, so they never take a
         block), the others with all their remaining tokens."""
         listed, cohort = self.running, self.cohort
-        if cohort is not None and len(cohort):
+        if cohort is not None and cohort.members:
             if cohort.begin_step():
                 batch.cohort_rows = cohort.decode_rows()
                 listed = self.non_members()
@@ -179,7 +179,7 @@ class Scheduler:
         if not self.running or not self.admission_blocked():
             return None
         if self.cohort is not None:   # the cohort plans its own runs (DecodeCohort.plan_run)
-            return self.cohort if len(self.cohort) == len(self.running) else None
+            return self.cohort if len(self.cohort.members) == len(self.running) else None
         steps, contexts, max_model_len = [], [], self.max_model_len
         for r in self.running:
             num_tokens = r.num_prompt_tokens + r.num_output_tokens
@@ -204,10 +204,10 @@ class Scheduler:
     def num_unfinished(self) -> int:
         return len(self.waiting) + len(self.running)
 
-    def on_step_end(self, batch: Batch | AdmissionStep, now_s: float) -> list[Request]:
+    def on_step_end(self, batch: Batch | CohortStep, now_s: float) -> list[Request]:
         """Every request that caught up samples one token (rule 1.3.1); finished ones free KV."""
-        if batch.__class__ is AdmissionStep:
-            return self._end_admission_step(batch, now_s)
+        if batch.__class__ is CohortStep:
+            return self._end_cohort_step(batch, now_s)
         cohort = self.cohort
         finished = cohort.end_step(now_s) if batch.cohort_rows is not None else []
         max_model_len = self.max_model_len
@@ -228,11 +228,11 @@ class Scheduler:
         if finished:
             self.finish(finished, now_s)
         if cohort is not None:
-            self._join_cohort(batch)
+            self._join_cohort(batch.requests)
         return finished
 
-    def _end_admission_step(self, step: AdmissionStep, now_s: float) -> list[Request]:
-        """on_step_end for an AdmissionStep: its one request is running (the step preempted
+    def _end_cohort_step(self, step: CohortStep, now_s: float) -> list[Request]:
+        """on_step_end for a CohortStep: its one request is running (the step preempted
         nobody) and has no tokens in flight (a cohort means no async scheduling)."""
         cohort = self.cohort
         finished = cohort.end_step(now_s) if step.cohort_rows is not None else []
@@ -246,13 +246,13 @@ class Scheduler:
                 finished.append(request)
         if finished:
             self.finish(finished, now_s)
-        self._join_cohort(step)
+        self._join_cohort((step.request,))
         return finished
 
-    def _join_cohort(self, batch: Batch | AdmissionStep) -> None:
+    def _join_cohort(self, listed) -> None:
         """Requests that decode from now on join the cohort: where members lead the running
         order, only while every running request before them is a member; else any of this
-        step's requests that now decodes."""
+        step's ``listed`` requests that now decodes."""
         cohort, running = self.cohort, self.running
         if self.cohort_leads_running:
             # _decodes_next written out: every admission passes here once it has sampled
@@ -265,8 +265,9 @@ class Scheduler:
                 cohort.join(r)
                 num_members += 1
             return
-        for r in batch.requests:
-            if r.status is RequestStatus.RUNNING and r not in cohort and _decodes_next(r):
+        members = cohort.members
+        for r in listed:
+            if r.status is RequestStatus.RUNNING and r not in members and _decodes_next(r):
                 cohort.join(r)
 
     def finish(self, finished: list[Request], now_s: float) -> None:

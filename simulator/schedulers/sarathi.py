@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 from simulator.batch import Batch
+from simulator.cohort_step import CohortStep
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
@@ -31,19 +32,67 @@ class SarathiScheduler(Scheduler):
     def check_config(self) -> None:
         self.check_token_budget(chunked_prefill=True)  # decodes never stall
 
-    def schedule(self, now_s: float) -> Batch:
-        batch = Batch()
+    def schedule(self, now_s: float) -> Batch | CohortStep:
         self.running.sort(key=_ARRIVAL)  # oldest first (§4 step 1)
+        if self.cohort is not None:
+            step = self._cohort_step(now_s)
+            if step is not None:
+                return step
+        batch = Batch()
         # A cohort's members decode as one block of rows; the others are asked again after the
         # decodes, which may have preempted some or dissolved the cohort.
         others = self.non_members()
-        num_members = len(self.cohort) if self.cohort is not None else 0
+        num_members = len(self.cohort.members) if self.cohort is not None else 0
         budget = self.options.max_num_batched_tokens - self._schedule_decodes(batch, others)
-        if batch.num_preempted or (self.cohort is not None and len(self.cohort) != num_members):
+        if batch.num_preempted or (self.cohort is not None and len(self.cohort.members) != num_members):
             others = self.non_members()   # a preemption or a dissolved cohort changed them
         budget = self._schedule_partial_prefills(batch, budget, others)
         self._schedule_new(batch, budget, now_s)
         return batch
+
+    def _cohort_step(self, now_s: float) -> CohortStep | Batch | None:
+        """schedule() when every running request but at most one is a cohort member, the one
+        being a prompt chunked at an earlier step (then nothing waits) or none (then one request
+        waits): the members' rows (their blocks free), then the chunk or the admission, as a
+        CohortStep (a Batch of the rows alone when neither fits). None, with nothing changed,
+        in every other case: schedule() goes request by request."""
+        cohort, running, waiting = self.cohort, self.running, self.waiting
+        members = cohort.members
+        num_others = len(running) - len(members)
+        if num_others > 1 or len(waiting) != (0 if num_others else 1):
+            return None
+        prefill = cohort.outside(running)[0] if num_others else None
+        if prefill is not None and (prefill.num_output_tokens > 0 and prefill.num_prompt_tokens
+                                    + prefill.num_output_tokens - prefill.num_computed_tokens <= 1):
+            return None   # a decoder outside the cohort (it was dissolved): one by one
+        budget, rows = self.options.max_num_batched_tokens, None
+        if members:
+            if not cohort.begin_step():   # no decoder outside it: no block to reserve
+                return None
+            rows = cohort.decode_rows()
+            budget -= len(members)
+        if budget > 0 and prefill is not None:   # _schedule_partial_prefills for the one
+            n = prefill.num_prompt_tokens + prefill.num_output_tokens - prefill.num_computed_tokens
+            return self._listed(rows, prefill, n if n < budget else budget)
+        if budget > 0 and prefill is None and len(running) < self.options.max_num_seqs:
+            request = waiting[0]   # _schedule_new for the one
+            headroom = int(self.options.watermark * self.kv.num_total_blocks)
+            if self.kv.allocate_up_to(request, request.num_tokens, headroom_blocks=headroom):
+                waiting.popleft()
+                self.admit(request, now_s)
+                n = request.num_tokens
+                return self._listed(rows, request, n if n < budget else budget)
+        batch = Batch()   # the members' decodes only
+        batch.cohort_rows = rows
+        return batch
+
+    @staticmethod
+    def _listed(rows: tuple | None, request: Request, n: int) -> CohortStep:
+        """The step of ``rows`` and ``n`` tokens of ``request`` (schedule_tokens' effect)."""
+        computed = request.num_computed_tokens
+        request.num_computed_tokens = computed + n
+        return CohortStep(rows, request, n, computed, computed + n >= request.num_prompt_tokens
+                          + request.num_output_tokens + request.num_output_placeholders)
 
     def admission_headroom_blocks(self) -> int:
         return int(self.options.watermark * self.kv.num_total_blocks)

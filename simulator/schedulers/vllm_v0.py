@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simulator.batch import Batch
+from simulator.cohort_step import CohortStep
 from simulator.schedulers.base import Scheduler
 from simulator.schedulers.options import Bool, Fraction, SchedulerOptions, options_config
 from simulator.schedulers.registry import register_scheduler
@@ -43,12 +44,32 @@ class VllmV0Scheduler(Scheduler):
     def admission_headroom_blocks(self) -> int:
         return self._watermark_blocks()
 
-    def schedule(self, now_s: float) -> Batch:
+    def schedule(self, now_s: float) -> Batch | CohortStep:
+        if self.cohort is not None and len(self.waiting) == 1:
+            step = self._cohort_step(now_s)
+            if step is not None:
+                return step
         batch = Batch()
         self._schedule_prefills(batch, now_s)
         if not batch:  # any admitted prefill makes the step prefill-only (trap 3)
             self._schedule_decodes(batch)
         return batch
+
+    def _cohort_step(self, now_s: float) -> CohortStep | None:
+        """schedule() when one request waits and is admitted: a prefill step of it alone (a
+        prefill step holds no decodes, trap 3). None, with nothing changed, when it is not."""
+        o, request = self.options, self.waiting[0]
+        n = request.num_tokens  # a resumed request re-prefills prompt + outputs
+        if len(self.running) + 1 > o.max_num_seqs or n > o.max_num_batched_tokens:
+            return None
+        if not self.kv.allocate_up_to(request, n, headroom_blocks=self._watermark_blocks()):
+            return None
+        self.waiting.popleft()
+        self.admit(request, now_s)
+        computed = request.num_computed_tokens
+        request.num_computed_tokens = computed + n
+        return CohortStep(None, request, n, computed, computed + n >= request.num_prompt_tokens
+                          + request.num_output_tokens + request.num_output_placeholders)
 
     def admission_blocked(self) -> bool:
         if not self.waiting or len(self.running) + 1 > self.options.max_num_seqs:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.admission_step import AdmissionStep
+from simulator.cohort_step import CohortStep
 from simulator.batch import Batch
 from simulator.kv_cache import KVCache
 from simulator.prefix_cache import PrefixCachingKVCache
@@ -57,10 +57,10 @@ class VllmV1Scheduler(Scheduler):
         # placeholders per request.
         return self.options.scheduling_policy == "fcfs" and not self.async_scheduling
 
-    def schedule(self, now_s: float) -> Batch | AdmissionStep:
+    def schedule(self, now_s: float) -> Batch | CohortStep:
         cohort = self.cohort
         if cohort is not None and len(self.waiting) == 1 and len(cohort.members) == len(self.running):
-            step = self._admission_step(now_s)
+            step = self._cohort_step(now_s)
             if step is not None:
                 return step
         batch = Batch()
@@ -167,9 +167,9 @@ class VllmV1Scheduler(Scheduler):
         batch.num_preempted += 1
         return refunded
 
-    def _admission_step(self, now_s: float) -> AdmissionStep | Batch | None:
+    def _cohort_step(self, now_s: float) -> CohortStep | Batch | None:
         """schedule() when every running request is a cohort member and one request waits: the
-        members' rows, then Phase B for the one, as an AdmissionStep (a Batch when it is not
+        members' rows, then Phase B for the one, as an CohortStep (a Batch when it is not
         admitted). None, with nothing changed, when the members do not all fit: schedule() then
         goes request by request."""
         cohort, budget = self.cohort, self.options.max_num_batched_tokens
@@ -182,7 +182,7 @@ class VllmV1Scheduler(Scheduler):
         if budget > 0 and len(self.running) < self.options.max_num_seqs:
             admitted = self._admit_head(budget, now_s)
             if admitted is not None:
-                return AdmissionStep(rows, *admitted)
+                return CohortStep(rows, *admitted)
         batch = Batch()   # the members' decodes only
         batch.cohort_rows = rows
         return batch

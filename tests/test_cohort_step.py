@@ -1,7 +1,7 @@
-"""The loaded V1 engine's common step (one arrival admitted next to a decode cohort) formed as an
-AdmissionStep instead of a Batch is the same step: whole runs are identical with and without it
-(semantics §1.2 Phase B; rule 1.3.1 sampling, rule 1.3.2 finishing), and its work counts are
-BatchShape's to the bit."""
+"""A step of a decode cohort's rows and one listed request formed as a CohortStep instead of a
+Batch is the same step: whole runs are identical with and without it, for vLLM V1 (semantics §1.2
+Phase B), Sarathi (§4: decodes, then a chunk or an admission) and vLLM V0 (§3: a lone prefill),
+with rule 1.3.1 sampling and rule 1.3.2 finishing; and its work counts are BatchShape's to the bit."""
 from __future__ import annotations
 
 import collections
@@ -10,11 +10,15 @@ import numpy as np
 import pytest
 
 from cost_models.batch_shape import work_counts_of
-from simulator.admission_step import AdmissionStep
+from simulator.cohort_step import CohortStep
 from simulator.runner import prepare, simulate
 from simulator.scenario import validate_scenario
+from simulator.schedulers.sarathi import SarathiScheduler
+from simulator.schedulers.vllm_v0 import VllmV0Scheduler
 from simulator.schedulers.vllm_v1 import VllmV1Scheduler
-from tests.test_fast_forward import fingerprint, prefix_cache_scenario
+from tests.test_fast_forward import fingerprint, prefix_cache_scenario, with_scheduler
+
+POLICY_CLASS = {"vllm_v1": VllmV1Scheduler, "sarathi": SarathiScheduler, "vllm_v0": VllmV0Scheduler}
 
 
 def loaded_scenario(seed: int) -> dict:
@@ -42,11 +46,12 @@ def loaded_scenario(seed: int) -> dict:
 
 def run_with_and_without(scenario: dict, monkeypatch) -> tuple:
     """(the run as it is, the same run with every step formed as a Batch, how many steps were
-    AdmissionSteps in the first)."""
+    CohortSteps in the first)."""
     prepared = prepare(validate_scenario(scenario))
     run = prepared.runs[0]
     counts = collections.Counter()
-    real = VllmV1Scheduler._admission_step
+    policy = POLICY_CLASS[run.options.preset if run.scheduler_cls is not SarathiScheduler else "sarathi"]
+    real = policy._cohort_step
 
     def counted(self, now_s):
         step = real(self, now_s)
@@ -54,19 +59,19 @@ def run_with_and_without(scenario: dict, monkeypatch) -> tuple:
         return step
 
     with monkeypatch.context() as patch:
-        patch.setattr(VllmV1Scheduler, "_admission_step", counted)
+        patch.setattr(policy, "_cohort_step", counted)
         with_steps = simulate(prepared, run)
     with monkeypatch.context() as patch:
-        patch.setattr(VllmV1Scheduler, "_admission_step", lambda self, now_s: None)
+        patch.setattr(policy, "_cohort_step", lambda self, now_s: None)
         batches_only = simulate(prepared, run)
-    return with_steps, batches_only, counts["AdmissionStep"]
+    return with_steps, batches_only, counts["CohortStep"]
 
 
 @pytest.mark.parametrize("seed", range(24))
-def test_runs_are_identical_with_and_without_admission_steps(seed, monkeypatch):
-    with_steps, batches_only, num_admission_steps = run_with_and_without(loaded_scenario(seed),
+def test_v1_runs_are_identical_with_and_without_cohort_steps(seed, monkeypatch):
+    with_steps, batches_only, num_cohort_steps = run_with_and_without(loaded_scenario(seed),
                                                                          monkeypatch)
-    assert num_admission_steps > 0   # else this compares nothing
+    assert num_cohort_steps > 0   # else this compares nothing
     assert fingerprint(with_steps) == fingerprint(batches_only)
 
 
@@ -74,12 +79,30 @@ def test_runs_are_identical_with_and_without_admission_steps(seed, monkeypatch):
 def test_prefix_cache_hits_go_the_same_way(seed, monkeypatch):
     # Shared prefixes: admissions start from cached blocks (context = the hit, fewer new tokens).
     scenario = prefix_cache_scenario(seed)
-    with_steps, batches_only, num_admission_steps = run_with_and_without(scenario, monkeypatch)
-    assert num_admission_steps > 0
+    with_steps, batches_only, num_cohort_steps = run_with_and_without(scenario, monkeypatch)
+    assert num_cohort_steps > 0
     assert fingerprint(with_steps) == fingerprint(batches_only)
 
 
-def test_the_common_v1_step_is_an_admission_step(monkeypatch):
+@pytest.mark.parametrize("preset", ["vllm_v0", "sarathi"])
+@pytest.mark.parametrize("seed", range(12))
+def test_sarathi_and_v0_runs_are_identical_with_and_without(preset, seed, monkeypatch):
+    # Light and heavy loads: prompts chunked by a small budget and continued next to the
+    # members (Sarathi), admissions refused by seats or blocks (the members' rows alone), lone
+    # prefills (V0, whose budget holds a whole context), preemptions.
+    rng = np.random.default_rng(seed)
+    scenario = loaded_scenario(seed)
+    scenario["workload"]["arrival"]["rate"] = float(rng.choice([2.0, 200.0]))
+    seats = scenario["schedulers"][0]["max_num_seqs"]
+    budget = int(rng.integers(seats + 1, 80)) if preset == "sarathi" else 256
+    scenario = with_scheduler(scenario, preset=preset, max_num_seqs=seats,
+                              max_num_batched_tokens=budget)
+    with_steps, batches_only, num_cohort_steps = run_with_and_without(scenario, monkeypatch)
+    assert num_cohort_steps > 0
+    assert fingerprint(with_steps) == fingerprint(batches_only)
+
+
+def test_the_common_v1_step_is_a_cohort_step(monkeypatch):
     # The bench's load: most steps that are not multi-step advances admit one arrival.
     scenario = {"name": "share", "seed": 3, "model": "llama-3.1-8b", "hardware": "h100-sxm",
                 "cost_model": {"kind": "roofline"},
@@ -88,8 +111,8 @@ def test_the_common_v1_step_is_an_admission_step(monkeypatch):
                              "output_len": {"kind": "lognormal", "median": 200, "sigma": 0.8, "max": 2048},
                              "num_requests": 400},
                 "schedulers": [{"preset": "vllm_v1"}]}
-    with_steps, batches_only, num_admission_steps = run_with_and_without(scenario, monkeypatch)
-    assert num_admission_steps > with_steps.summary["completed"] / 2
+    with_steps, batches_only, num_cohort_steps = run_with_and_without(scenario, monkeypatch)
+    assert num_cohort_steps > with_steps.summary["completed"] / 2
     assert fingerprint(with_steps) == fingerprint(batches_only)
 
 
@@ -101,7 +124,7 @@ def test_work_counts_are_batch_shapes(seed):
     sample = bool(rng.integers(0, 2))
     rows = (0, 0, 0) if seed % 3 == 0 else (int(rng.integers(1, 300)), int(rng.integers(0, 10**6)),
                                             int(rng.integers(0, 8000)))
-    step = AdmissionStep(rows if rows[0] else None, object(), n, context, sample)
+    step = CohortStep(rows if rows[0] else None, object(), n, context, sample)
     counts = step.shape().work_counts
     expected = work_counts_of([n], [context], [sample], rows)
     assert counts == expected

@@ -1,12 +1,13 @@
-"""The loaded engine's most common step, without a Batch's lists: a decode cohort's rows plus
-the tokens of one request admitted from the waiting queue.
+"""A step of a decode cohort's rows plus one other request's tokens, without a Batch's lists.
 
-At high load every running request decodes as a member of the cohort, and nearly every step that
-is not part of a multi-step advance is the one that admits the next arrival. A Batch for it holds
-four one-element lists, and its end goes through a loop over them; this records the one request's
-figures instead. The scheduler forms it by the same admission code as a Batch
-(``VllmV1Scheduler._admit_head``) and ends it by the same bookkeeping (``Scheduler.on_step_end``),
-so the step is the same step (tests/test_admission_step.py compares whole runs with and without).
+Once the running decoders are a cohort, most steps that are not part of a multi-step advance
+list one request next to the members' rows: an arrival admitted (vLLM V1, Sarathi), the rest of a
+prompt chunked at the last step (Sarathi), or a lone prefill (vLLM V0, whose prefill steps hold no
+decodes). A Batch for it holds four one-element lists, and its end goes through a loop over them;
+this records the one request's figures instead. Each policy forms it from its own rules where
+they give such a step (``_cohort_step``; the same admission code as its Batches) and it ends by
+the same bookkeeping (``Scheduler.on_step_end``), so it is the same step: tests/test_cohort_step.py
+compares whole runs with and without it.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from cost_models.batch_shape import BatchShape
 from simulator.request import Request
 
 
-class AdmissionStep:
+class CohortStep:
     __slots__ = ("cohort_rows", "request", "num_new_tokens", "num_context_tokens", "sample",
                  "num_preempted")
 
@@ -25,7 +26,7 @@ class AdmissionStep:
         self.num_new_tokens = num_new_tokens
         self.num_context_tokens = num_context_tokens
         self.sample = sample                # the request samples at the end of this step
-        self.num_preempted = 0              # admissions never preempt (rule 1.2 B7)
+        self.num_preempted = 0              # formed only where the step preempts nobody
 
     def __bool__(self) -> bool:
         return True
