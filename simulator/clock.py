@@ -10,6 +10,8 @@ wake themselves) runs on simpy.Environment.
 """
 from __future__ import annotations
 
+import math
+
 NEVER = object()   # an event nothing will trigger: the serve loop has nothing left to wait for
 
 
@@ -28,3 +30,12 @@ class SingleProcessClock:
 
     def event(self) -> object:
         return NEVER
+
+
+def delay_reaching(now_s: float, target_s: float) -> float | None:
+    """A delay d with now_s + d == target_s exactly (SimPy adds delays to its clock), if one exists."""
+    d = target_s - now_s
+    for candidate in (d, math.nextafter(d, math.inf), math.nextafter(d, -math.inf)):
+        if now_s + candidate == target_s and candidate >= 0:
+            return candidate
+    return None

@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 
-from simulator.decode_pricing import DecodeSegment
 from simulator.request import Request
 
 _KEEP_STEPS = 4096   # step records kept before old ones are dropped (DecodeCohort._drop_old_steps)
@@ -398,6 +397,7 @@ class DecodeCohort:
         leavers are not counted). Step i computes a row per member still in (those whose last
         step is >= i). Steps between two leavers share their rows and are priced together
         (decode_pricing.DecodeSegment). O(steps + leavers + new blocks)."""
+        from simulator.decode_pricing import DecodeSegment   # here: run() needs none of it
         g, finishes, bases = self.num_steps, self._finishes, self._bases
         if not finishes or start_s >= next_arrival_s:
             return None

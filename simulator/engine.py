@@ -16,8 +16,7 @@ from operator import attrgetter
 
 from cost_models.base import StepCostModel
 from simulator.batch import Batch
-from simulator.clock import NEVER, SingleProcessClock
-from simulator.fast_forward import DecodeRun, apply_decode_run, delay_reaching, plan_decode_run
+from simulator.clock import NEVER, SingleProcessClock, delay_reaching
 from simulator.progress import NoProgressError, ProgressWatchdog, diagnose_stall
 from simulator.request import Request
 from simulator.schedulers.base import Scheduler
@@ -217,6 +216,10 @@ class Simulation:
             if terms_of is not None and (yield from self._cohort_run(scheduler, watchdog, start_s,
                                                                      terms_of, through)):
                 return
+        # Planned runs (cost models without decode-step terms, policies without a cohort):
+        # imported when first needed, as a cohort's own runs (DecodeCohort.run) need none of it.
+        from simulator.fast_forward import DecodeRun, apply_decode_run, plan_decode_run
+        if state is scheduler.cohort:
             # Its rows at each step are the members still in: filled in once it has run.
             ends = state.plan_run(self.cost_model, start_s, self.next_arrival_s, through)
             run = ends and DecodeRun(ends, None)

@@ -261,12 +261,3 @@ def _advance_all(requests, m: int, gaps: _RunGaps, kv) -> None:
             request.itl_gaps_s.append(first_gap)
             request.itl_gaps_s.extend(later)
         request.last_token_s = last_s
-
-
-def delay_reaching(now_s: float, target_s: float) -> float | None:
-    """A delay d with now_s + d == target_s exactly (SimPy adds delays to its clock), if one exists."""
-    d = target_s - now_s
-    for candidate in (d, math.nextafter(d, math.inf), math.nextafter(d, -math.inf)):
-        if now_s + candidate == target_s and candidate >= 0:
-            return candidate
-    return None
