@@ -44,6 +44,7 @@ class DecodeCohort:
         # memory does not grow with steps): its end time, its gap ends[j] - ends[j - 1], and
         # the running sum of squared gaps.
         self.first = 0
+        self._drop_at = _KEEP_STEPS          # len(ends) at which old steps are next looked at
         self.ends: list[float] = []
         self.gaps: list[float] = [math.nan]
         self.sq_prefix: list[float] = [0.0]
@@ -258,7 +259,7 @@ class DecodeCohort:
             max_gaps.append(gap)
         self.ends.append(now_s)
         self.num_steps = g + 1
-        if len(self.ends) > _KEEP_STEPS:
+        if len(self.ends) > self._drop_at:
             self._drop_old_steps()
         finishes = self._finishes
         return self._leavers(g) if finishes and finishes[0][0] <= g else []
@@ -365,7 +366,7 @@ class DecodeCohort:
         if not out_ends:
             return None
         kv.num_free_blocks, self.num_steps, self._taken_through = free, g, g - 1
-        if len(ends) > _KEEP_STEPS:
+        if len(ends) > self._drop_at:
             self._drop_old_steps()
         return out_ends, usage, num_running
 
@@ -379,7 +380,9 @@ class DecodeCohort:
         return finished
 
     def _drop_old_steps(self) -> None:
-        """Forget steps before the oldest member joined (members join in list order)."""
+        """Forget steps before the oldest member joined (members join in list order). Looked
+        at again once _KEEP_STEPS more steps are kept: while a long-lived member holds the old
+        steps, not at every step."""
         oldest = next(iter(self.members.values()))[0] if self.members else self.num_steps - 1
         drop = oldest - self.first
         if drop > 0:
@@ -387,6 +390,7 @@ class DecodeCohort:
             self.first = oldest
             stale = bisect_left(self._max_steps, oldest)
             del self._max_steps[:stale], self._max_gaps[:stale]
+        self._drop_at = len(self.ends) + _KEEP_STEPS
 
     # -- multi-step advances ------------------------------------------------------------------
     def plan_run(self, cost_model, start_s: float, next_arrival_s: float,

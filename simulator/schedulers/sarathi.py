@@ -31,6 +31,7 @@ class SarathiScheduler(Scheduler):
 
     def check_config(self) -> None:
         self.check_token_budget(chunked_prefill=True)  # decodes never stall
+        self._watermark_blocks = int(self.options.watermark * self.kv.num_total_blocks)
 
     def schedule(self, now_s: float) -> Batch | CohortStep:
         self.running.sort(key=_ARRIVAL)  # oldest first (§4 step 1)
@@ -76,7 +77,7 @@ class SarathiScheduler(Scheduler):
             return self._listed(rows, prefill, n if n < budget else budget)
         if budget > 0 and prefill is None and len(running) < self.options.max_num_seqs:
             request = waiting[0]   # _schedule_new for the one
-            headroom = int(self.options.watermark * self.kv.num_total_blocks)
+            headroom = self._watermark_blocks
             if self.kv.allocate_up_to(request, request.num_tokens, headroom_blocks=headroom):
                 waiting.popleft()
                 self.admit(request, now_s)
@@ -95,14 +96,14 @@ class SarathiScheduler(Scheduler):
                           + request.num_output_tokens + request.num_output_placeholders)
 
     def admission_headroom_blocks(self) -> int:
-        return int(self.options.watermark * self.kv.num_total_blocks)
+        return self._watermark_blocks
 
     def admission_blocked(self) -> bool:
         o = self.options
         if (not self.waiting or len(self.running) >= o.max_num_seqs
                 or o.max_num_batched_tokens - len(self.running) <= 0):
             return True
-        headroom = int(o.watermark * self.kv.num_total_blocks)  # refused now: refused later
+        headroom = self._watermark_blocks  # refused now: refused later
         head = self.waiting[0]
         return not self.kv.can_fit(head, head.num_tokens, headroom_blocks=headroom)
 
@@ -131,7 +132,7 @@ class SarathiScheduler(Scheduler):
     def _schedule_new(self, batch: Batch, budget: int, now_s: float) -> None:
         if not self.waiting:
             return
-        headroom = int(self.options.watermark * self.kv.num_total_blocks)
+        headroom = self._watermark_blocks
         while self.waiting and budget > 0 and len(self.running) < self.options.max_num_seqs:
             request = self.waiting[0]
             # can_allocate: the whole prompt (plus outputs when resuming) and the watermark.

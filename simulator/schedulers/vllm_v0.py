@@ -33,16 +33,14 @@ class VllmV0Scheduler(Scheduler):
 
     def check_config(self) -> None:
         self.check_token_budget(self.options.enable_chunked_prefill)
+        self._watermark_blocks = int(self.options.watermark * self.kv.num_total_blocks)
 
     def max_request_tokens(self) -> int:
         # Prompts longer than min(max_model_len, max_num_batched_tokens) are ignored by V0.
         return min(self.max_model_len, self.options.max_num_batched_tokens)
 
-    def _watermark_blocks(self) -> int:
-        return int(self.options.watermark * self.kv.num_total_blocks)
-
     def admission_headroom_blocks(self) -> int:
-        return self._watermark_blocks()
+        return self._watermark_blocks
 
     def schedule(self, now_s: float) -> Batch | CohortStep:
         if self.cohort is not None and len(self.waiting) == 1:
@@ -62,7 +60,7 @@ class VllmV0Scheduler(Scheduler):
         n = request.num_tokens  # a resumed request re-prefills prompt + outputs
         if len(self.running) + 1 > o.max_num_seqs or n > o.max_num_batched_tokens:
             return None
-        if not self.kv.allocate_up_to(request, n, headroom_blocks=self._watermark_blocks()):
+        if not self.kv.allocate_up_to(request, n, headroom_blocks=self._watermark_blocks):
             return None
         self.waiting.popleft()
         self.admit(request, now_s)
@@ -76,7 +74,7 @@ class VllmV0Scheduler(Scheduler):
             return True
         head = self.waiting[0]  # refused now (budget or blocks): refused while decodes run
         return (head.num_tokens > self.options.max_num_batched_tokens or not self.kv.can_fit(
-            head, head.num_tokens, headroom_blocks=self._watermark_blocks()))
+            head, head.num_tokens, headroom_blocks=self._watermark_blocks))
 
     def _schedule_prefills(self, batch: Batch, now_s: float) -> None:
         o = self.options
@@ -87,7 +85,7 @@ class VllmV0Scheduler(Scheduler):
             if len(self.running) + 1 > o.max_num_seqs or num_tokens + n > o.max_num_batched_tokens:
                 break
             # Block manager: LATER (break) unless free - required >= watermark.
-            if not self.kv.allocate_up_to(request, n, headroom_blocks=self._watermark_blocks()):
+            if not self.kv.allocate_up_to(request, n, headroom_blocks=self._watermark_blocks):
                 break
             self.waiting.popleft()
             self.admit(request, now_s)

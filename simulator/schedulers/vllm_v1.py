@@ -43,6 +43,7 @@ class VllmV1Scheduler(Scheduler):
     def check_config(self) -> None:  # [CFG] startup checks, rule 1.2
         o = self.options
         self._threshold = o.long_prefill_token_threshold
+        self._watermark_blocks = int(o.watermark * self.kv.num_total_blocks)   # _admission_fits
         if o.scheduling_policy == "priority":
             self.waiting = PriorityRequestQueue()
         self.async_scheduling = bool(o.async_scheduling)
@@ -234,10 +235,10 @@ class VllmV1Scheduler(Scheduler):
 
     def _admission_fits(self, request: Request, num_hit: int) -> bool:
         """Newer V1 gates (rule 2.3): room for the whole prompt, plus watermark if others run."""
-        headroom = int(self.options.watermark * self.kv.num_total_blocks) if self.running else 0
+        headroom = self._watermark_blocks if self.running else 0
         if not self.options.reserve_full_isl:
             return headroom == 0 or self.kv.num_free_blocks >= headroom
-        total = request.num_tokens
+        total = request.num_prompt_tokens + request.num_output_tokens   # num_tokens
         if total > self.max_model_len:   # min() written out: every admission passes here
             total = self.max_model_len
         return self.kv.blocks_to_admit(request, total, num_hit) + headroom <= self.kv.num_free_blocks
