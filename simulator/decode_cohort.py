@@ -73,8 +73,12 @@ class DecodeCohort:
         # Sorted (cohort step of the last token, key, request): members leave only from its
         # front (end_step) or all at once (dissolve), so every entry is current.
         self._finishes: list[tuple] = []
-        self._bases: list[tuple] = []        # sorted (context minus join step, key): the longest
-        self.base_sum = 0                    # sum of (context minus join step) over members
+        # A member's base is its context minus its join step: the longest context is the largest
+        # base plus the step. The largest is kept as members join and found again (one pass over
+        # the members) only after the member holding it leaves: a sorted list of every base cost
+        # two ordered insertions per request.
+        self._max_base: int | None = None   # None: to be found again (_largest_base)
+        self.base_sum = 0                    # sum of bases over members
 
     def __len__(self) -> int:
         return len(self.members)
@@ -113,10 +117,13 @@ class DecodeCohort:
         last_step = g + steps_left - 1
         kv = self.kv
         next_block = g + kv._num_blocks.get(request, 0) * kv.block_size - computed   # num_token_slots_of
+        if not self.members:
+            self._max_base = base
+        elif self._max_base is not None and base > self._max_base:
+            self._max_base = base
         self.members[request] = (g, computed, outputs, request.last_token_s, key, base, last_step,
                                  next_block)
         self.base_sum += base
-        insort(self._bases, (base, key))
         insort(self._finishes, (last_step, key, request))
         if not self._counted:
             self._next_block[request] = next_block
@@ -136,7 +143,8 @@ class DecodeCohort:
             due = self._block_due
             del due[bisect_left(due, (self._next_block.pop(request), key))]
         self.base_sum -= base
-        del self._bases[bisect_left(self._bases, (base, key))]
+        if base == self._max_base:
+            self._max_base = None
         k = self.num_steps - g0
         if k == 0:
             return
@@ -241,7 +249,14 @@ class DecodeCohort:
         """The members as BatchShape.decode_rows: (count, total context, longest context)
         before the coming step, from the running sums, without a per-member array."""
         g, n = self.num_steps, len(self.members)
-        return n, self.base_sum + n * g, self._bases[-1][0] + g
+        return n, self.base_sum + n * g, self._largest_base() + g
+
+    def _largest_base(self) -> int:
+        """The largest base among the members (there is at least one)."""
+        largest = self._max_base
+        if largest is None:
+            largest = self._max_base = max([record[5] for record in self.members.values()])
+        return largest
 
     def end_step(self, now_s: float) -> list[Request]:
         """Every member sampled one token at ``now_s``; the members that emitted their last
@@ -299,7 +314,7 @@ class DecodeCohort:
         max_steps, max_gaps = self._max_steps, self._max_gaps
         limit = finishes[-1][0] if through_finishes else finishes[0][0]   # the last step allowed
         rows = len(self.members)
-        terms = terms_of(rows, self._bases[-1][0] + limit) if planned_ends is None else (0,) * 7
+        terms = terms_of(rows, self._largest_base() + limit) if planned_ends is None else (0,) * 7
         if terms is None:
             return None
         base, a, b, q, c1, c2, c3 = terms
@@ -350,7 +365,7 @@ class DecodeCohort:
                     break
                 next_leave = finishes[0][0]
                 if planned_ends is None:
-                    terms = terms_of(rows, self._bases[-1][0] + limit)
+                    terms = terms_of(rows, self._largest_base() + limit)
                 if terms is None:
                     break
                 base, a, b, q, c1, c2, c3 = terms
@@ -402,9 +417,10 @@ class DecodeCohort:
         step is >= i). Steps between two leavers share their rows and are priced together
         (decode_pricing.DecodeSegment). O(steps + leavers + new blocks)."""
         from simulator.decode_pricing import DecodeSegment   # here: run() needs none of it
-        g, finishes, bases = self.num_steps, self._finishes, self._bases
+        g, finishes = self.num_steps, self._finishes
         if not finishes or start_s >= next_arrival_s:
             return None
+        bases = sorted((record[5], record[4]) for record in self.members.values())   # (base, key)
         limit = (finishes[-1][0] if through_finishes else finishes[0][0]) - g + 1
         ends: list[float] = []
         now_s, rows, base_sum, left, i, top = start_s, len(self.members), self.base_sum, 0, 0, len(bases) - 1
