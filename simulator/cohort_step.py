@@ -28,6 +28,17 @@ class CohortStep:
         self.sample = sample                # the request samples at the end of this step
         self.num_preempted = 0              # formed only where the step preempts nobody
 
+    @classmethod
+    def scheduling(cls, cohort_rows: tuple[int, int, int] | None, request: Request,
+                   num_new_tokens: int) -> "CohortStep":
+        """The step of ``cohort_rows`` and ``num_new_tokens`` of ``request``, with C advanced
+        at schedule time as Scheduler.schedule_tokens does (rule 1.2)."""
+        computed = request.num_computed_tokens
+        request.num_computed_tokens = computed + num_new_tokens
+        return cls(cohort_rows, request, num_new_tokens, computed,
+                   computed + num_new_tokens >= request.num_prompt_tokens
+                   + request.num_output_tokens + request.num_output_placeholders)
+
     def __bool__(self) -> bool:
         return True
 

@@ -214,9 +214,8 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True,
         for _ in range(scenario.engine.num_replicas)]
     if writer is not None:
         step_log = writer.step_log
-        # Scheduler.finish sets a request's last fields; one that overrides it may come back
-        # to finished requests (static's hf variant rewrites its whole batch at the batch end).
-        if all(type(s).finish is Scheduler.finish for s in schedulers):
+        # Requests are read as they finish only where finishing is their last change.
+        if all(s.finished_requests_final for s in schedulers):
             writer.watch_requests(requests)
     step_log = StepLog() if step_log is None else step_log
     sim = Simulation(requests, schedulers, prepared.cost_model, step_log,

@@ -131,13 +131,32 @@ def test_a_streamed_runs_requests_are_read_once_for_summary_and_files(tmp_path, 
     assert len(lengths) > 1 and sum(lengths) == 300
 
 
+def static_scenario(tmp_path: Path, variant: str) -> Path:
+    """scenarios/toy_unit.yaml with its static scheduler set to ``variant``."""
+    path = tmp_path / f"toy_{variant}.yaml"
+    text = (ROOT / "scenarios/toy_unit.yaml").read_text()
+    path.write_text(text.replace("{preset: static, max_num_seqs: 4}",
+                                 f"{{preset: static, max_num_seqs: 4, variant: {variant}}}"))
+    return path
+
+
 def test_a_static_batch_is_written_at_the_end(tmp_path, forks, streamed_rows):
     """Static's hf variant rewrites its whole batch's times when the batch ends, after earlier
     members finished: its requests are read once the run is over."""
-    prepared, run = prepared_run(ROOT / "scenarios/toy_unit.yaml", [], "static")
+    prepared, run = prepared_run(static_scenario(tmp_path, "hf"), [], "static")
     forked = run_and_write(tmp_path / "forked", prepared, run, forked=True)
     plain = run_and_write(tmp_path / "plain", prepared, run, forked=False)
     assert streamed_rows == []
+    assert (forked / "requests.csv").read_bytes() == (plain / "requests.csv").read_bytes()
+
+
+def test_a_static_ft_batch_is_streamed_as_it_finishes(tmp_path, forks, streamed_rows):
+    """The ft variant's finish is a request's last change (Scheduler.finished_requests_final):
+    its rows go out as its members finish, the same bytes as written at the end."""
+    prepared, run = prepared_run(static_scenario(tmp_path, "ft"), [], "static")
+    forked = run_and_write(tmp_path / "forked", prepared, run, forked=True)
+    plain = run_and_write(tmp_path / "plain", prepared, run, forked=False)
+    assert streamed_rows
     assert (forked / "requests.csv").read_bytes() == (plain / "requests.csv").read_bytes()
 
 

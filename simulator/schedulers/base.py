@@ -5,8 +5,8 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
-from simulator.cohort_step import CohortStep
 from simulator.batch import Batch
+from simulator.cohort_step import CohortStep
 from simulator.decode_cohort import DecodeCohort
 from simulator.kv_cache import KVCache
 from simulator.request import Request, RequestStatus
@@ -41,6 +41,9 @@ class Scheduler:
     # decode on) when nothing can be admitted; False for policies with their own finish rules.
     decode_runs_through_finishes = True
     cohort: DecodeCohort | None = None   # steady decoders kept as one (enable_cohort)
+    # False when a request's fields may still change after Scheduler.finish (a result writer
+    # then reads the requests only once the run is over, not as they finish).
+    finished_requests_final = True
     # True when the cohort's members must lead the running order (a budget handed out in
     # running order, as in vLLM V1); False when every decoder gets its token whatever its place.
     cohort_leads_running = True

@@ -74,7 +74,7 @@ class SarathiScheduler(Scheduler):
             budget -= len(members)
         if budget > 0 and prefill is not None:   # _schedule_partial_prefills for the one
             n = prefill.num_prompt_tokens + prefill.num_output_tokens - prefill.num_computed_tokens
-            return self._listed(rows, prefill, n if n < budget else budget)
+            return CohortStep.scheduling(rows, prefill, n if n < budget else budget)
         if budget > 0 and prefill is None and len(running) < self.options.max_num_seqs:
             request = waiting[0]   # _schedule_new for the one
             headroom = self._watermark_blocks
@@ -82,18 +82,10 @@ class SarathiScheduler(Scheduler):
                 waiting.popleft()
                 self.admit(request, now_s)
                 n = request.num_tokens
-                return self._listed(rows, request, n if n < budget else budget)
+                return CohortStep.scheduling(rows, request, n if n < budget else budget)
         batch = Batch()   # the members' decodes only
         batch.cohort_rows = rows
         return batch
-
-    @staticmethod
-    def _listed(rows: tuple | None, request: Request, n: int) -> CohortStep:
-        """The step of ``rows`` and ``n`` tokens of ``request`` (schedule_tokens' effect)."""
-        computed = request.num_computed_tokens
-        request.num_computed_tokens = computed + n
-        return CohortStep(rows, request, n, computed, computed + n >= request.num_prompt_tokens
-                          + request.num_output_tokens + request.num_output_placeholders)
 
     def admission_headroom_blocks(self) -> int:
         return self._watermark_blocks

@@ -55,6 +55,10 @@ class StaticScheduler(Scheduler):
         return self.options.variant == "ft"   # hf: outputs and padding follow the whole batch
 
     @property
+    def finished_requests_final(self) -> bool:
+        return self.options.variant == "ft"   # hf: finish rewrites the batch's finished members
+
+    @property
     def num_padding_rows(self) -> int:
         return len(self.batch_members) - len(self.running) if self.options.variant == "hf" else 0
 

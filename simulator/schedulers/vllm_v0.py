@@ -64,10 +64,7 @@ class VllmV0Scheduler(Scheduler):
             return None
         self.waiting.popleft()
         self.admit(request, now_s)
-        computed = request.num_computed_tokens
-        request.num_computed_tokens = computed + n
-        return CohortStep(None, request, n, computed, computed + n >= request.num_prompt_tokens
-                          + request.num_output_tokens + request.num_output_placeholders)
+        return CohortStep.scheduling(None, request, n)
 
     def admission_blocked(self) -> bool:
         if not self.waiting or len(self.running) + 1 > self.options.max_num_seqs:

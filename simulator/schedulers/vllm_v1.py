@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simulator.cohort_step import CohortStep
 from simulator.batch import Batch
+from simulator.cohort_step import CohortStep
 from simulator.kv_cache import KVCache
 from simulator.prefix_cache import PrefixCachingKVCache
 from simulator.request import Request
@@ -170,7 +170,7 @@ class VllmV1Scheduler(Scheduler):
 
     def _cohort_step(self, now_s: float) -> CohortStep | Batch | None:
         """schedule() when every running request is a cohort member and one request waits: the
-        members' rows, then Phase B for the one, as an CohortStep (a Batch when it is not
+        members' rows, then Phase B for the one, as a CohortStep (a Batch when it is not
         admitted). None, with nothing changed, when the members do not all fit: schedule() then
         goes request by request."""
         cohort, budget = self.cohort, self.options.max_num_batched_tokens
