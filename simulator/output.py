@@ -40,17 +40,24 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "client_queue_ms")   # time held by the client's --max-concurrency limit (not in TTFT/E2EL)
 REQUESTS_CSV, SUMMARY_JSON = "requests.csv", "summary.json"
 # `servesim run` forks its helper before the simulation for runs of at least this many requests
-# (before their requests are built: the parent never copies those pages on write), and for
-# shorter runs once the step log stores its first chunk (8,192 steps; a shorter log is written in
-# one process). Measured in process, wall from the command's start to its end, means of 10-12
-# interleaved runs on this 2-core VM (one core mostly busy with other work), one process ->
-# forked at the first chunk (forked before the run): peer 1k vllm_v0 0.189 -> 0.167 (0.170) s,
-# sarathi 0.233 -> 0.207 (0.213) s; standard vllm_v1 3k 0.342 -> 0.299 (0.315) s, 3.5k 0.387 ->
-# 0.333 (0.320) s, 5k 0.463 -> 0.441 and 0.460 (0.416 and 0.406) s; 2k (6.8k steps: no chunk
-# stored before the end) 0.251 s, forked before the run 0.249 s. Whole peer 1k processes,
-# medians of 25 interleaved: vllm_v0 0.507 -> 0.494 s, sarathi 0.540 -> 0.520 s. The helper
-# costs ~30 ms of CPU of its own there: on a machine with no second core free it does not pay.
+# (before their requests are built: the parent never copies those pages on write), and for shorter
+# runs once the step log stores its first chunk (SHORT_RUN_CHUNK_ROWS steps; a shorter log is
+# written in one process). Measured with 8,192-step chunks, in process, wall from the command's
+# start to its end, means of 10-12 interleaved runs on this 2-core VM (one core mostly busy with
+# other work), one process -> forked at the first chunk (forked before the run): peer 1k vllm_v0
+# 0.189 -> 0.167 (0.170) s, sarathi 0.233 -> 0.207 (0.213) s; standard vllm_v1 3k 0.342 -> 0.299
+# (0.315) s, 3.5k 0.387 -> 0.333 (0.320) s, 5k 0.463 -> 0.441 and 0.460 (0.416 and 0.406) s; 2k
+# (6.8k steps: no chunk stored before the end) 0.251 s, forked before the run 0.249 s. Whole peer 1k
+# processes, medians of 25 interleaved: vllm_v0 0.507 -> 0.494 s, sarathi 0.540 -> 0.520 s. The
+# helper costs ~30 ms of CPU of its own there: on a machine with no second core free it does not
+# pay.
 MIN_STREAMED_REQUESTS = 10_000
+# A shorter run's log is stored (and streamed) in chunks of this many steps, not 8,192: its helper
+# forks sooner and formats steps.csv as the run goes, rather than most of it after the run. Whole
+# peer 1k sarathi processes (11,272 steps), medians of 40 interleaved: 8,192 0.496 s, 4,096
+# 0.481 s, 2,048 0.492 s; before the helper was handed the run's last rows ahead of the summary
+# (and was waited for while it exited), 0.518 s.
+SHORT_RUN_CHUNK_ROWS = 4096
 # A finished log at least this long (steps plus requests) is written with a helper forked at
 # write time: measured before the helper shared requests.csv, a 69k-row log's files took 0.56 s
 # in one process and 0.39 s with it; shorter logs were not measured.
@@ -73,13 +80,16 @@ class ResultWriter:
         self.target = Path(result_dir)
         if self.target.exists() and not self.target.is_dir():
             raise ValueError(f"result_dir: {str(self.target)!r} exists and is not a folder")
-        self.step_log = StepLog() if step_log is None else step_log
+        if step_log is None:
+            step_log = StepLog(SHORT_RUN_CHUNK_ROWS if fork_when_long else None)
+        self.step_log = step_log
         self._stream, self._fork_when_long = stream, fork_when_long
         self._staging: Path | None = None
         self._helper: ForkedWriter | None = None
         self._watched: Sequence[Request] | None = None   # the running simulation's requests
         self._prefix: FinishedPrefix | None = None   # the watched requests, read as they finish
         self._num_streamed = 0                        # requests.csv rows sent to the helper
+        self._shared: Sequence[Request] | None = None  # requests whose rows the helper was given
 
     def __enter__(self) -> "ResultWriter":
         if self._stream and can_fork():
@@ -107,17 +117,22 @@ class ResultWriter:
 
     def finished_requests(self, requests: Sequence[Request]) -> FinishedRequests:
         """The watched requests once the run has ended, with the arrays read as they finished
-        (the rest read now): the summary's and requests.csv's one reading."""
+        (the rest read now): the summary's and requests.csv's one reading. With a helper, the
+        log's last rows and requests.csv's rest go to it now, so that it formats them while
+        the caller summarises the run."""
         self._watched = None
         if self._helper is None:   # the run is over: no helper forks at the log's last flush
             self.step_log.stream_to(None)
-        if self._prefix is None:
-            return FinishedRequests(requests)
-        return FinishedRequests(requests, self._prefix.read_rest())
+        finished = FinishedRequests(requests) if self._prefix is None \
+            else FinishedRequests(requests, self._prefix.read_rest())
+        if self._helper is not None:
+            self._share_requests(finished)
+        return finished
 
     def finish(self, requests: Sequence[Request], summary: dict) -> Path:
         """Write the three files and put the folder in place (replacing an older one).
-        ``requests``: the watched ones, if ``watch_requests`` was called."""
+        ``requests``: the watched ones, if ``watch_requests`` was called; ``finished_requests``'
+        if it was."""
         if self._helper is None and len(self.step_log) + len(requests) >= MIN_FORKED_ROWS \
                 and can_fork():
             self._start_helper()
@@ -128,13 +143,23 @@ class ResultWriter:
             atomic_write(self._staging / STEPS_CSV, lambda f: _write_steps_csv(f, self.step_log))
             atomic_write(self._staging / REQUESTS_CSV, lambda f: _write_requests_csv(f, requests))
         else:
-            self._helper.end_steps()
-            first, read_rows = self._num_streamed, self._request_rows_reader(requests)
-            self._helper.write_table(REQUESTS_CSV, REQUEST_COLUMNS, len(requests) - first,
-                                     lambda start, stop: read_rows(first + start, first + stop))
+            if self._shared is None:
+                self._share_requests(requests)
+            elif len(requests) != len(self._shared):
+                raise ValueError(f"finish: {len(requests)} requests, but the run finished "
+                                 f"{len(self._shared)}")
+            self._helper.finish_table()
         put_in_place(self._staging, self.target)
         self._staging = None
         return self.target
+
+    def _share_requests(self, requests: Sequence[Request]) -> None:
+        """End steps.csv and hand requests.csv's rows not streamed yet to the helper."""
+        self._helper.end_steps()
+        first, read_rows = self._num_streamed, self._request_rows_reader(requests)
+        self._helper.start_table(REQUESTS_CSV, REQUEST_COLUMNS, len(requests) - first,
+                                 lambda start, stop: read_rows(first + start, first + stop))
+        self._shared = requests
 
     def _start_helper(self) -> None:
         self._staging = staging_folder(self.target)

@@ -27,6 +27,8 @@ from typing import Any, Callable
 _PIPE_BYTES = 1 << 20   # a step-log chunk (8,192 rows, 720 kB) fits: the parent rarely waits
 _PR_SET_PDEATHSIG = 1
 _SPILLED = (1 << 64) - 1   # a frame's buffer count meaning "in the spill file, at this offset"
+_DONE = b"done"   # the child's report once its job has succeeded (a failure's is a pickle)
+_leaving: list[int] = []   # helpers done with their job, perhaps still exiting: reaped later
 
 
 def can_fork() -> bool:
@@ -58,6 +60,7 @@ class Helper:
     (raises the child's own exception if it failed) or, on an error path, ``kill``."""
 
     def __init__(self, job: Callable[[Inbox], None]):
+        reap_leaving()
         data_r, data_w = os.pipe()
         status_r, status_w = os.pipe()
         _widen(data_w)
@@ -96,26 +99,35 @@ class Helper:
             raise
 
     def wait(self) -> None:
-        """Wait for the child to end; raise its exception if it failed."""
+        """Wait for the child to end its job; raise its exception if it failed. A child that
+        succeeded is not waited for while it exits (the kernel taking back a forked process's
+        memory takes milliseconds): it is reaped later (``reap_leaving``)."""
         self._close_data()
         report = _read_to_end(self.status_fd)
+        os.close(self.status_fd)
+        if report == _DONE:
+            if os.waitpid(self._pid, os.WNOHANG)[0] == 0:
+                _leaving.append(self._pid)
+            self._pid = None
+            return
         code = self._reap()
         if code != 0:
             error = pickle.loads(report) if report else None
             raise error if isinstance(error, BaseException) else OSError(
                 f"the process writing results ended with status {code}")
+        raise OSError("the process writing results ended without saying it had finished")
 
     def kill(self) -> None:
         """End the child now, if still there (an error path: its outcome no longer matters)."""
         self._close_data()
         if self._pid is not None:
             os.kill(self._pid, signal.SIGKILL)
+            os.close(self.status_fd)
             self._reap()
 
     def _reap(self) -> int:
         _, status = os.waitpid(self._pid, 0)
         self._pid = None
-        os.close(self.status_fd)
         return os.waitstatus_to_exitcode(status)
 
     def _close_data(self) -> None:
@@ -180,11 +192,24 @@ def _run_child(job: Callable[[Inbox], None], inbox: Inbox, status_fd: int, paren
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
         _die_with_parent(parent)
         job(inbox)
+        os.write(status_fd, _DONE)
+        os.close(status_fd)   # the parent reads to the end of the pipe: it goes on now
     except BaseException as exc:   # noqa: BLE001 (sent to the parent, which raises it)
         _send_error(status_fd, exc)
         code = 1
     finally:
         os._exit(code)
+
+
+def reap_leaving() -> None:
+    """Reap the helpers that have finished exiting since their job ended (``Helper.wait``)."""
+    for pid in list(_leaving):
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                continue   # still exiting
+        except ChildProcessError:   # reaped by someone else (a SIGCHLD handler of the caller's)
+            pass
+        _leaving.remove(pid)
 
 
 def _die_with_parent(parent: int) -> None:

@@ -41,6 +41,16 @@ def test_rows_survive_chunk_flushes_in_order(monkeypatch):
     assert log.to_columns()["end_s"].tolist() == [float(i + 1) for i in range(11)]
 
 
+def test_a_log_of_its_own_chunk_size_hands_on_chunks_of_that_many_rows():
+    log, handed = StepLog(chunk_rows=3), []
+    log.stream_to(handed.append)
+    for i in range(5):
+        log.append(float(i), float(i + 1), i, 0, i, i, 0, i, 0, i / 10, 0)
+    log.extend_decode_steps(5.0, [6.0, 7.0, 8.0], [5, 6, 7], [5, 6, 7], [0, 0, 0], [0.5] * 3)
+    assert [chunk["num_seqs"].tolist() for chunk in handed] == [[0, 1, 2], [3, 4, 5, 6, 7]]
+    assert StepLog().chunk_rows == 8192
+
+
 def test_streamed_chunks_after_the_stored_ones_are_the_whole_log(monkeypatch):
     monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", 4)
     log, handed = StepLog(), []

@@ -31,6 +31,7 @@ def forks(monkeypatch):
     monkeypatch.setattr(parallel_write.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(parallel_write.threading, "active_count", lambda: 1)
     monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", 64)
+    monkeypatch.setattr(output, "SHORT_RUN_CHUNK_ROWS", 64)
     monkeypatch.setattr(streaming_write, "piece_rows", lambda num_rows: 7)
     fork = parallel_write.os.fork
 
@@ -41,9 +42,21 @@ def forks(monkeypatch):
         return pid
     monkeypatch.setattr(parallel_write.os, "fork", recording_fork)
     yield pids
-    for pid in pids:   # no helper outlives its run
-        with pytest.raises(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
+    for pid in pids:   # no helper outlives its run: ended, or ending once its job is done
+        assert ends_soon(pid), f"helper {pid} is still running"
+
+
+def ends_soon(pid: int, timeout_s: float = 10.0) -> bool:
+    """Whether child ``pid`` has ended (reaped here if need be) within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return True
+        except ChildProcessError:   # reaped already
+            return True
+        time.sleep(0.001)
+    return False
 
 
 def prepared_run(path: Path, overrides=(), scheduler=None):
@@ -298,6 +311,65 @@ def test_dealer_gives_each_piece_once_front_and_back_until_they_meet():
         dealer.close()
 
 
+def test_a_helper_done_with_its_job_is_not_waited_for_while_it_exits(monkeypatch):
+    """wait() returns once the child has reported its job done; a child slow to exit is reaped
+    later (reap_leaving), not waited for."""
+    real_exit = os._exit
+
+    def slow_exit(code):   # in the child only: the parent never calls os._exit here
+        time.sleep(0.5)
+        real_exit(code)
+    monkeypatch.setattr(parallel_write.os, "_exit", slow_exit)
+    helper = parallel_write.Helper(lambda inbox: inbox.receive())
+    pid = helper._pid
+    helper.send("one message")
+    start = time.monotonic()
+    helper.wait()
+    assert time.monotonic() - start < 0.4
+    assert parallel_write._leaving == [pid]
+    deadline = time.monotonic() + 10
+    while parallel_write._leaving and time.monotonic() < deadline:
+        parallel_write.reap_leaving()
+        time.sleep(0.01)
+    assert parallel_write._leaving == []
+    with pytest.raises(ChildProcessError):   # reaped
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_helper_that_exits_without_reporting_its_job_done_is_an_error():
+    helper = parallel_write.Helper(lambda inbox: os._exit(0))
+    with pytest.raises(OSError, match="without saying it had finished"):
+        helper.wait()
+
+
+@pytest.mark.parametrize("num_rows, rows_per_piece", [
+    (0, 256), (100, 256), (600, 256), (1000, 256), (3000, 750), (4095, 1024), (10_000, 1024),
+    (100_000, 1563), (10**7, 16384)])
+def test_pieces_are_a_64th_within_1024_to_16384_rows_but_quarters_of_a_small_table(
+        num_rows, rows_per_piece):
+    assert streaming_write.piece_rows(num_rows) == rows_per_piece
+
+
+def test_the_helper_has_the_last_steps_and_the_requests_rows_before_the_summary(
+        tmp_path, forks, monkeypatch):
+    """At the run's end the helper is handed steps.csv's last rows and requests.csv's rest
+    first, and formats them while the parent summarises the run."""
+    from simulator import runner
+    order = []
+    for name in ("end_steps", "start_table", "finish_table"):
+        method = getattr(streaming_write.ForkedWriter, name)
+        monkeypatch.setattr(streaming_write.ForkedWriter, name,
+                            lambda self, *a, _m=method, _n=name: order.append(_n) or _m(self, *a))
+    summarize = runner.summarize
+    monkeypatch.setattr(runner, "summarize",
+                        lambda *a, **k: order.append("summarize") or summarize(*a, **k))
+    prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
+                                 "vllm_v1")
+    run_and_write(tmp_path / "run", prepared, run, forked=True)
+    assert len(forks) == 1
+    assert order == ["end_steps", "start_table", "summarize", "finish_table"]
+
+
 @pytest.mark.parametrize("min_streamed", [1, 10**12])   # forked before the run, or at a chunk
 def test_servesim_run_streams_its_runs_and_writes_the_same_files(tmp_path, forks, monkeypatch,
                                                                  min_streamed):
@@ -323,7 +395,7 @@ def test_a_helper_is_forked_once_the_log_stores_its_first_chunk(tmp_path, forks,
     """A log shorter than a chunk is written in one process, even though the summary's reading
     of it stores its one chunk; a longer one forks the helper at its first chunk, which then
     writes what the log held, the chunks after it and the requests finished from then on."""
-    monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(output, "SHORT_RUN_CHUNK_ROWS", chunk_rows)
     prepared, run = prepared_run(ROOT / "bench/standard.yaml", ["workload.num_requests=300"],
                                  "vllm_v1")
     with ResultWriter(tmp_path / "lazy", stream=True, fork_when_long=True) as writer:

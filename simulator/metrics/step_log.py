@@ -57,7 +57,10 @@ _DECODE_ZERO_COLUMNS = [i for i, name in enumerate(STEP_COLUMNS) if name != "sta
 class StepLog:
     """Columnar log of simulated steps; ``to_columns()`` gives one numpy array per column."""
 
-    def __init__(self) -> None:
+    def __init__(self, chunk_rows: int | None = None) -> None:
+        """``chunk_rows``: rows per chunk (default 8,192): a streamed log's receiver gets its
+        rows that often."""
+        self.chunk_rows = _CHUNK_ROWS if chunk_rows is None else chunk_rows
         self._appended: list[bytes] = []                 # pending rows from append(), packed
         self._decode: tuple[list, ...] = tuple([] for _ in _DECODE_LISTS)   # pending decode rows
         self._decode_runs: list[bytes] = []              # each pending run, packed (_pack_run)
@@ -87,7 +90,7 @@ class StepLog:
                                                  num_decode_seqs, num_tokens, num_prefill_tokens,
                                                  num_running, num_waiting, kv_usage,
                                                  num_preemptions))) from None
-        if len(self._appended) + len(self._decode[0]) >= _CHUNK_ROWS:
+        if len(self._appended) + len(self._decode[0]) >= self.chunk_rows:
             self._flush()
 
     def extend_decode_steps(self, start_s: float, end_s: list[float], num_rows: list[int],
@@ -113,7 +116,7 @@ class StepLog:
         running.extend(num_running)
         waiting.extend(num_waiting)
         kv.extend(kv_usage)
-        if len(self._appended) + len(ends) >= _CHUNK_ROWS:
+        if len(self._appended) + len(ends) >= self.chunk_rows:
             self._flush()
 
     def append_many(self, k: int, start_s: float, step_time_s: float, num_seqs: int,
@@ -153,7 +156,7 @@ class StepLog:
         return views
 
     def flush(self) -> None:
-        """Move the pending rows into a chunk now (they are otherwise moved every 8,192 rows)."""
+        """Move the pending rows into a chunk now (they are otherwise moved every ``chunk_rows``)."""
         self._flush()
 
     def stream_to(self, on_chunk: Callable[[dict[str, np.ndarray]], None] | None) -> None:
