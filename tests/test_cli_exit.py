@@ -67,3 +67,51 @@ def test_an_uncaught_exception_leaves_the_usual_way(tmp_path):
                      code=ENTRY_WITH_HANDLER.replace("real_main()", "raise RuntimeError('boom')"))
     assert proc.returncode == 1
     assert "RuntimeError: boom" in proc.stderr and "handler ran" in proc.stderr
+
+
+# Records a weak reference to each run's result; an exit handler registered by the command (so
+# run before the quick exit) says whether they are still alive then.
+ENTRY_WATCHING_OUTPUTS = """
+import atexit, gc, sys, weakref
+from simulator import cli, run_command
+real_run = run_command.run_scenario_file
+refs = []
+def watched(*args, **kwargs):
+    outputs = real_run(*args, **kwargs)
+    refs.extend(weakref.ref(o.result) for o in outputs)
+    atexit.register(lambda: print("alive at exit:", gc.collect() >= 0 and
+                                  [r() is not None for r in refs], file=sys.stderr, flush=True))
+    return outputs
+run_command.run_scenario_file = watched
+sys.argv = ["servesim", *sys.argv[1:]]
+cli.entry()
+"""
+
+
+def test_a_runs_results_are_not_freed_one_by_one_before_the_quick_exit(tmp_path):
+    proc = run_entry("run", "scenarios/toy_unit.yaml", "--no-plots", "-o", str(tmp_path / "out"),
+                     code=ENTRY_WATCHING_OUTPUTS)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["alive at exit: [True, True]"]
+
+
+def test_in_process_a_runs_results_are_freed_when_the_command_returns(tmp_path):
+    import gc
+    import weakref
+
+    from simulator import cli, run_command
+    refs = []
+    real_run = run_command.run_scenario_file
+
+    def watched(*args, **kwargs):
+        outputs = real_run(*args, **kwargs)
+        refs.extend(weakref.ref(o.result) for o in outputs)
+        return outputs
+    run_command.run_scenario_file = watched
+    try:
+        cli.main(["run", str(ROOT / "scenarios/toy_unit.yaml"), "--no-plots",
+                  "-o", str(tmp_path / "out")], standalone_mode=False)
+    finally:
+        run_command.run_scenario_file = real_run
+    gc.collect()
+    assert len(refs) == 2 and all(r() is None for r in refs) and cli._kept == []
