@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
+from operator import itemgetter
 
 from simulator.request import Request
 
 _KEEP_STEPS = 4096   # step records kept before old ones are dropped (DecodeCohort._drop_old_steps)
+_base_of = itemgetter(5)   # a member record's base
 
 
 class DecodeCohort:
@@ -49,9 +51,11 @@ class DecodeCohort:
         self.gaps: list[float] = [math.nan]
         self.sq_prefix: list[float] = [0.0]
         # The steps whose gap is larger than every later gap, and those gaps (decreasing): the
-        # largest gap since step a is the first entry at or after a (a member's max ITL).
-        self._max_steps: list[int] = []
-        self._max_gaps: list[float] = []
+        # largest gap since step a is the first entry at or after a (a member's max ITL). Below
+        # them a sentinel (step -1, an infinite gap) that no gap displaces: the stack is never
+        # empty, so a step tests its top without a length check.
+        self._max_steps: list[int] = [-1]
+        self._max_gaps: list[float] = [math.inf]
         # The members in running order (joins append; a dict, so a leaver goes in O(1)):
         # request -> (join step, computed, outputs, last token s, key, base, last step,
         #             cohort step of its first new block).
@@ -255,7 +259,7 @@ class DecodeCohort:
         """The largest base among the members (there is at least one)."""
         largest = self._max_base
         if largest is None:
-            largest = self._max_base = max([record[5] for record in self.members.values()])
+            largest = self._max_base = max(map(_base_of, self.members.values()))
         return largest
 
     def end_step(self, now_s: float) -> list[Request]:
@@ -266,12 +270,7 @@ class DecodeCohort:
             gap = now_s - self.ends[-1]
             self.gaps.append(gap)
             self.sq_prefix.append(self.sq_prefix[-1] + gap * gap)
-            max_steps, max_gaps = self._max_steps, self._max_gaps
-            while max_gaps and max_gaps[-1] <= gap:
-                max_steps.pop()
-                max_gaps.pop()
-            max_steps.append(g)
-            max_gaps.append(gap)
+            _push_gap(self._max_steps, self._max_gaps, g, gap)
         self.ends.append(now_s)
         self.num_steps = g + 1
         if len(self.ends) > self._drop_at:
@@ -318,25 +317,29 @@ class DecodeCohort:
         if terms is None:
             return None
         base, a, b, q, c1, c2, c3 = terms
-        pairs = self.base_sum + rows * g + rows   # the coming step's total context + rows
-        g0 = g
+        # The coming step's total context + rows, as a float (exact below 2**53): the pricing's
+        # products are then float by float, the interpreter's fast path, with the same values.
+        pairs, rows_f = float(self.base_sum + rows * g + rows), float(rows)
+        g0, n0 = g, len(ends)
         free, next_leave, now_s = kv.num_free_blocks, finishes[0][0], start_s
+        free_usage = 1.0 - free / total   # KV usage while no block is taken
         last_s, sq = (ends[-1], sq_prefix[-1]) if ends else (None, None)
-        out_ends: list[float] = []
         usage: list[float] = []
         num_running: list[int] = []
         while True:
             while later and later[0][0] < g + bs:   # first blocks due within a block_size
                 due_at_phase[later.pop(0)[0] % bs] += 1
             need = due_at_phase[g % bs]
-            if need > free:
-                break
-            free -= need
+            if need:
+                if need > free:
+                    break
+                free -= need
+                free_usage = 1.0 - free / total
             if planned_ends is None:
                 # cost_models.base's expression (the hot loop of every decode run: written out)
                 ap, bp = a * pairs, b * pairs + q
                 now_s = now_s + (((base + (bp if bp > ap else ap)) + c1) + c2 + c3)
-                pairs += rows
+                pairs += rows_f
             else:
                 now_s = planned_ends[g - g0]
             if last_s is not None:
@@ -344,21 +347,24 @@ class DecodeCohort:
                 gaps.append(gap)
                 sq += gap * gap
                 sq_prefix.append(sq)
-                while max_gaps and max_gaps[-1] <= gap:
-                    max_steps.pop()
-                    max_gaps.pop()
-                max_steps.append(g)
-                max_gaps.append(gap)
+                if max_gaps[-1] <= gap:   # _push_gap, written out: usually the step before's
+                    max_gaps[-1] = gap
+                    max_steps[-1] = g
+                    while max_gaps[-2] <= gap:
+                        del max_gaps[-2], max_steps[-2]
+                else:
+                    max_steps.append(g)
+                    max_gaps.append(gap)
             else:
                 sq = sq_prefix[-1]
             ends.append(now_s)
-            out_ends.append(now_s)
             last_s = now_s
             if next_leave == g:
                 kv.num_free_blocks, self.num_steps, self._taken_through = free, g + 1, g
                 leave(self._leavers(g), now_s)
                 free, rows = kv.num_free_blocks, len(self.members)
-                usage.append(1.0 - free / total)
+                free_usage = 1.0 - free / total
+                usage.append(free_usage)
                 num_running.append(rows)
                 g += 1
                 if g > limit or not rows:
@@ -369,17 +375,18 @@ class DecodeCohort:
                 if terms is None:
                     break
                 base, a, b, q, c1, c2, c3 = terms
-                pairs = self.base_sum + rows * g + rows
+                pairs, rows_f = float(self.base_sum + rows * g + rows), float(rows)
             else:
-                usage.append(1.0 - free / total)
+                usage.append(free_usage)
                 num_running.append(rows)
                 g += 1
                 if g > limit:
                     break
             if now_s >= next_arrival_s:
                 break
-        if not out_ends:
+        if len(ends) == n0:
             return None
+        out_ends = ends[n0:]
         kv.num_free_blocks, self.num_steps, self._taken_through = free, g, g - 1
         if len(ends) > self._drop_at:
             self._drop_old_steps()
@@ -404,7 +411,7 @@ class DecodeCohort:
             del self.ends[:drop], self.gaps[:drop], self.sq_prefix[:drop]
             self.first = oldest
             stale = bisect_left(self._max_steps, oldest)
-            del self._max_steps[:stale], self._max_gaps[:stale]
+            del self._max_steps[1:stale], self._max_gaps[1:stale]   # the sentinel stays
         self._drop_at = len(self.ends) + _KEEP_STEPS
 
     # -- multi-step advances ------------------------------------------------------------------
@@ -496,3 +503,16 @@ class DecodeCohort:
             if used > free:
                 return i
         return m
+
+
+def _push_gap(max_steps: list[int], max_gaps: list[float], g: int, gap: float) -> None:
+    """Step g's gap onto the stack of gaps larger than every later one: the entries it is no
+    smaller than leave (the top is replaced in place, the usual case: the step before's)."""
+    if max_gaps[-1] <= gap:
+        max_gaps[-1] = gap
+        max_steps[-1] = g
+        while max_gaps[-2] <= gap:
+            del max_gaps[-2], max_steps[-2]
+    else:
+        max_steps.append(g)
+        max_gaps.append(gap)
