@@ -13,7 +13,8 @@ from cost_models.fit.table_fit import _grid, fit_tables
 from cost_models.hardware import load_hardware
 from cost_models.importers import read_llmservingsim
 from cost_models.model_spec import load_model
-from cost_models.profiled import GridTable, Table1D
+from cost_models.attention_grid import GridTable
+from cost_models.profiled import Table1D
 from cost_models.profiles import PROFILES_DIR, profile_names
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"

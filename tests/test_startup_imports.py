@@ -72,6 +72,9 @@ def test_run_without_plots_imports_no_plotting_or_fitting_package(tmp_path: Path
     ("{kind: roofline}", "cost_models.roofline", ("cost_models.profiles", "cost_models.profiled")),
     ("{kind: profiled, profile: h200-llama-3.1-8b-eager}", "cost_models.parametric",   # parametric form
      ("cost_models.profiled", "cost_models.roofline")),
+    ("{kind: profiled, profile: vidur-a100-llama-2-7b}", "cost_models.profiled",   # roofline attention
+     ("cost_models.attention_grid",)),
+    ("{kind: profiled, profile: rtx-4090-llama-3.1-8b}", "cost_models.attention_grid", ()),   # a grid
 ])
 def test_run_imports_only_its_own_cost_model_kind(tmp_path: Path, kind, needed, not_needed):
     modules = modules_after("run", str(write_scenario(tmp_path, kind)), "--no-plots",

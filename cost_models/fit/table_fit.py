@@ -14,7 +14,8 @@ from cost_models.batch_shape import BatchShape
 from cost_models.fit.report import errors, holdout_mask
 from cost_models.importers.forms import OperatorTables
 from cost_models.parametric import step_counts
-from cost_models.profiled import AttentionGrid, GridTable, Table1D
+from cost_models.attention_grid import AttentionGrid, GridTable
+from cost_models.profiled import Table1D
 
 _EXPONENTS = np.linspace(1.0, 4.0, 61)
 

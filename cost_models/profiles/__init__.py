@@ -69,7 +69,7 @@ def _parametric(data: dict, tp: int, step_overhead_s: float | None) -> Parametri
 
 
 def _tables(data: dict, tp: int, step_overhead_s: float | None) -> TableCostModel:
-    from cost_models.profiled import AttentionGrid, RooflineAttention, Table1D, TableCostModel  # likewise
+    from cost_models.profiled import RooflineAttention, Table1D, TableCostModel  # likewise
     section = data["tensor_parallel"].get(str(tp))
     if section is None:
         raise ValueError(f"engine.tensor_parallel_size: {tp} is not profiled in cost model {data['name']!r} "
@@ -86,7 +86,10 @@ def _tables(data: dict, tp: int, step_overhead_s: float | None) -> TableCostMode
     def table(name: str, x_name: str) -> Table1D | None:
         entry = section.get(name)
         return Table1D(entry[x_name], entry["seconds"]) if entry else None
-    grid = AttentionGrid.from_json(attention, _decode_skew(data, tp)) if attention["kind"] == "grid" else None
+    grid = None
+    if attention["kind"] == "grid":
+        from cost_models.attention_grid import AttentionGrid   # here: a roofline profile needs none
+        grid = AttentionGrid.from_json(attention, _decode_skew(data, tp))
     return TableCostModel(
         num_layers=int(data["num_layers"]), layer=table("layer", "tokens"), whole_model=table("whole_model", "tokens"),
         sequence=table("sequence", "sequences"),
