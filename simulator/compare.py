@@ -80,7 +80,8 @@ def compare(scenario_files, out_dir, slo_items, over, num_seeds, rel_tol, overri
 
 def _load(path: Path, overrides, slo_items, num_seeds) -> CompareInput:
     from simulator.capacity import parse_slos, slos_from_goodput
-    from simulator.scenario import ScenarioError, read_raw_scenario, validate_scenario
+    from simulator.scenario import ScenarioError, validate_scenario
+    from simulator.scenario_file import read_raw_scenario
     from simulator.sweep.plan import SEED_KEY
     raw = read_raw_scenario(path, overrides)
     scenario = validate_scenario(raw, path.parent)

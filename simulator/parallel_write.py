@@ -106,8 +106,7 @@ class Helper:
         report = _read_to_end(self.status_fd)
         os.close(self.status_fd)
         if report == _DONE:
-            if os.waitpid(self._pid, os.WNOHANG)[0] == 0:
-                _leaving.append(self._pid)
+            reap_later(self._pid)
             self._pid = None
             return
         code = self._reap()
@@ -199,6 +198,14 @@ def _run_child(job: Callable[[Inbox], None], inbox: Inbox, status_fd: int, paren
         code = 1
     finally:
         os._exit(code)
+
+
+def reap_later(pid: int) -> None:
+    """Reap child ``pid`` now if it has exited, else once it has (``reap_leaving``): a forked
+    child that has done its job takes milliseconds more to exit while the kernel takes back its
+    memory, not worth waiting for."""
+    if os.waitpid(pid, os.WNOHANG)[0] == 0:
+        _leaving.append(pid)
 
 
 def reap_leaving() -> None:

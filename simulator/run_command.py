@@ -7,7 +7,7 @@ import click
 
 from simulator.output import MIN_STREAMED_REQUESTS, ResultWriter
 from simulator.runner import prepare, simulate
-from simulator.scenario import load_scenario
+from simulator.scenario import load_scenario, validate_scenario
 
 TABLE_COLUMNS = (  # (header, summary key, format)
     ("scheduler", "scheduler", "{}"), ("done", "completed", "{}"),
@@ -20,9 +20,11 @@ TABLE_COLUMNS = (  # (header, summary key, format)
 
 
 def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool = True,
-                      schedulers: tuple[str, ...] = ()) -> list:
-    """``schedulers``: labels to run (default: all of the file's, in file order)."""
-    scenario = load_scenario(path, overrides)
+                      schedulers: tuple[str, ...] = (), prefetch=None) -> list:
+    """``schedulers``: labels to run (default: all of the file's, in file order). ``prefetch``:
+    the file being read already (``ScenarioPrefetch`` of the same path and overrides)."""
+    scenario = load_scenario(path, overrides) if prefetch is None else \
+        validate_scenario(prefetch.raw(), base_dir=Path(path).parent)
     prepared = prepare(scenario, schedulers)   # every impossible setup fails here, before any output
     out_dir = out_dir or Path("results") / scenario.name
     click.echo(f"{scenario.name}: {len(prepared.trace)} requests, {prepared.model.name} on "

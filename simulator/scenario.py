@@ -1,4 +1,5 @@
-"""Scenario files: strict YAML validated before anything runs (design §7).
+"""Scenario files: strict YAML validated before anything runs (design §7). Reading a file (YAML,
+``--set`` overrides) is simulator/scenario_file.py's; this module validates the mapping.
 
 Every user mistake becomes one ``ScenarioError`` line naming the field path, the value and what is
 allowed. ``servesim schema`` prints the JSON Schema of the same model so editors can check files.
@@ -19,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import yaml
-
 from cost_models.options import (Bool, Constraint, LazyClass, NonNegativeInt, PositiveInt,
                                  UnitInterval, options_config)
+from simulator.scenario_error import ScenarioError  # noqa: F401 (its home for callers)
 from simulator.schedulers.registry import get_preset, preset_names
 from simulator.strict_fields import Unsure, build
 from simulator.workload.generate import WorkloadSpec
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from pydantic import BaseModel, TypeAdapter, ValidationError
 
 
-class ScenarioError(ValueError):
-    """A user mistake in a scenario: the message is one line, ready to print."""
 
 
 # A name becomes a folder under the result directory: no separators, no "." or ".." tricks.
@@ -223,84 +221,10 @@ def format_validation_error(exc: ValidationError, prefix: str = "", raw: Any = N
     return f"{where}: {shown} is not allowed: {msg}".split("\n")[0]
 
 
-class _DuplicateKey(yaml.constructor.ConstructorError):
-    """A mapping key given twice."""
-
-
-class _UniqueKeys:
-    """Loader mixin that refuses a key given twice in one mapping: PyYAML would silently keep the
-    last one, so a second ``engine:`` block would quietly replace the first."""
-
-    def construct_mapping(self, node, deep=False):
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if not isinstance(key, (str, int, float)):
-                continue  # unhashable keys get PyYAML's own error
-            if key in seen:
-                raise _DuplicateKey(None, None, f"key {key!r} is given twice", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
-class _StrictLoader(_UniqueKeys, yaml.SafeLoader):
-    """The pure-Python parser: the reference, and the one whose errors users read."""
-
-
-if yaml.__with_libyaml__:
-    class _FastStrictLoader(_UniqueKeys, yaml.CSafeLoader):
-        """libyaml's parser: reads a scenario ~10x faster, to the same values (tags are resolved
-        and objects built by the same Python classes as the pure-Python loader's)."""
-else:
-    _FastStrictLoader = None
-
-
-def _load_yaml(text: str):
-    """libyaml first; on any error the pure-Python parser reads the text again, so a mistake gets
-    PyYAML's usual message (libyaml words syntax errors differently)."""
-    if _FastStrictLoader is not None:
-        try:
-            return yaml.load(text, Loader=_FastStrictLoader)  # noqa: S506 - a SafeLoader's parts
-        except yaml.YAMLError:
-            pass
-    return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-
-
-def parse_yaml(text: str, where: str):
-    """YAML text to Python, with one-line errors that say where (file and line)."""
-    try:
-        return _load_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).split("\n")[0]
-        if isinstance(exc, _DuplicateKey):
-            raise ScenarioError(f"{where}:{line}: {problem}; give each key once") from None
-        raise ScenarioError(f"{where}:{line} is not valid YAML ({problem})") from None
-
-
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    from simulator.scenario_file import read_raw_scenario   # here: PyYAML only where read
     path = Path(path)
     return validate_scenario(read_raw_scenario(path, overrides), base_dir=path.parent)
-
-
-def read_raw_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
-    """The file's mapping with ``--set`` overrides applied, not yet validated (sweeps need it)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such scenario file") from None
-    except UnicodeDecodeError as exc:
-        raise ScenarioError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
-    except OSError as exc:
-        raise ScenarioError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
-    raw = parse_yaml(text, str(path))
-    if not isinstance(raw, dict):
-        got = "an empty file" if raw is None else f"a {type(raw).__name__}"
-        raise ScenarioError(f"{path}: a scenario is a mapping of fields (name, model, workload, "
-                            f"schedulers, ...), got {got}")
-    return apply_overrides(raw, overrides)
 
 
 def validate_scenario(raw: dict, base_dir: Path | None = None) -> Scenario:
@@ -346,41 +270,6 @@ def _rel(value: str, base_dir: Path) -> str:
     if p.is_absolute() or p.exists():
         return value
     return str(base_dir / p) if (base_dir / p).exists() else value
-
-
-def apply_overrides(raw: dict, overrides) -> dict:
-    """``--set a.b.c=value``: the value is parsed as YAML (numbers, lists, null...)."""
-    raw = copy.deepcopy(raw)
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise ScenarioError(f"--set: {item!r} must look like dotted.key=value")
-        node = raw
-        parts = key.split(".")
-        for part in parts[:-1]:
-            if isinstance(node, list) and part.isdigit():
-                _check_index(key, part, node)
-                node = node[int(part)]
-                continue
-            if not isinstance(node, dict):
-                raise ScenarioError(f"--set: {key!r}: {part!r} is not inside a mapping")
-            node = node.setdefault(part, {})
-        last = parts[-1]
-        value = parse_yaml(text, f"--set {key}") if text else None
-        if isinstance(node, list) and last.isdigit():
-            _check_index(key, last, node)
-            node[int(last)] = value
-        elif isinstance(node, dict):
-            node[last] = value
-        else:
-            raise ScenarioError(f"--set: {key!r} does not name a field")
-    return raw
-
-
-def _check_index(key: str, part: str, node: list) -> None:
-    if int(part) >= len(node):
-        raise ScenarioError(f"--set: {key!r}: index {part} is out of range (the list has "
-                            f"{len(node)} {'entry' if len(node) == 1 else 'entries'}, from 0)")
 
 
 def json_schema() -> dict:

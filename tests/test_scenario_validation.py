@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from simulator.scenario import (Scenario, ScenarioError, _options_adapter, _resolve_paths,
-                                _scenario_model, apply_overrides, read_raw_scenario, validate_scenario)
+                                _scenario_model, validate_scenario)
+from simulator.scenario_file import apply_overrides, read_raw_scenario
 from simulator.schedulers.registry import get_preset, preset_names
 from simulator.strict_fields import Unsure, build
 

@@ -15,6 +15,7 @@ from simulator.output import ResultWriter, write_results
 from simulator.parallel_write import PieceDealer
 from simulator.runner import prepare, simulate
 from simulator.scenario import load_scenario
+from tests.fork_helpers import record_forks
 
 ROOT = Path(__file__).parents[1]
 FILES = ("requests.csv", "steps.csv", "summary.json")
@@ -27,20 +28,12 @@ pytestmark = pytest.mark.skipif(parallel_write.sys.platform != "linux",
 def forks(monkeypatch):
     """Forking allowed here (xdist's own thread aside), small chunks and pieces so that a short
     run streams many chunks and shares many pieces; yields the helpers' pids."""
-    pids = []
     monkeypatch.setattr(parallel_write.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(parallel_write.threading, "active_count", lambda: 1)
     monkeypatch.setattr(step_log_module, "_CHUNK_ROWS", 64)
     monkeypatch.setattr(output, "SHORT_RUN_CHUNK_ROWS", 64)
     monkeypatch.setattr(streaming_write, "piece_rows", lambda num_rows: 7)
-    fork = parallel_write.os.fork
-
-    def recording_fork():
-        pid = fork()
-        if pid:
-            pids.append(pid)
-        return pid
-    monkeypatch.setattr(parallel_write.os, "fork", recording_fork)
+    pids = record_forks(monkeypatch)
     yield pids
     for pid in pids:   # no helper outlives its run: ended, or ending once its job is done
         assert ends_soon(pid), f"helper {pid} is still running"

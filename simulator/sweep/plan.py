@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from simulator.scenario import Scenario, ScenarioError, read_raw_scenario, validate_scenario
+from simulator.scenario import Scenario, ScenarioError, validate_scenario
+from simulator.scenario_file import read_raw_scenario
 from simulator.sweep.paths import set_path, split_path
 
 SEED_KEY = "seed"

@@ -15,7 +15,8 @@ import yaml
 from simulator.metrics.timeseries import EngineSeries
 from simulator.output import atomic_write, summary_json, write_results
 from simulator.runner import RunOutput, prepare, simulate
-from simulator.scenario import apply_overrides, validate_scenario
+from simulator.scenario import validate_scenario
+from simulator.scenario_file import apply_overrides
 from simulator.validate.client_time import client_round_trip
 from simulator.validate.compare import Row, RunLatencies, compare
 from simulator.validate.cost import CostChoice, choose_cost_model, ms_option_s
