@@ -13,7 +13,10 @@ prints one line:
     target_s=0.5 wall_over_target=1.22 vidur_s=14.7 vidur_over_wall=24.1
 
 wall_s is the median over the runs; peak_rss_mb the largest resident set of one run's process; the
-latency figures come from the summary.json the last run wrote. Issue 6's targets and Vidur's own
+latency figures come from the summary.json the last run wrote. The runs are interleaved, run r of
+every (scheduler, size) before run r + 1 of any (whole_process.time_interleaved): this VM alternates
+between a fast and a slow state every few seconds, and five runs of one cell back to back would
+often fall in one state; the lines are printed once all runs are done. Issue 6's targets and Vidur's own
 timings of this workload are printed as ratios where they exist (NA elsewhere).
 """
 from __future__ import annotations
@@ -27,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from simulator.scenario import load_scenario  # noqa: E402
-from whole_process import line, time_run  # noqa: E402
+from whole_process import line, time_interleaved  # noqa: E402
 
 TARGET_S = {1000: 0.5, 10000: 1.6}          # issue 6: median whole-process wall per scheduler
 # Vidur's wall time on the same workload (issue 6), by our scheduler label.
@@ -35,8 +38,7 @@ VIDUR_S = {("vllm_v0", 1000): 14.7, ("sarathi", 1000): 12.7,
            ("vllm_v0", 10000): 81.0, ("sarathi", 10000): 83.0}
 
 
-def bench_line(scenario: Path, label: str, num_requests: int, repeat: int) -> str:
-    fields, _ = time_run(scenario, label, [f"workload.num_requests={num_requests}"], repeat)
+def bench_line(label: str, num_requests: int, fields: dict) -> str:
     return line("peer", {"scheduler": label, **fields, **_ratios(float(fields["wall_s"]), label,
                                                                  num_requests)})
 
@@ -58,9 +60,11 @@ def main() -> None:
                     help="a scheduler label of the file (repeatable; default: all)")
     args = ap.parse_args()
     labels = args.scheduler or [o.label for o in load_scenario(args.scenario).scheduler_options()]
-    for num_requests in (int(n) for n in args.sizes.split(",")):
-        for label in labels:
-            print(bench_line(args.scenario.resolve(), label, num_requests, args.repeat), flush=True)
+    cells = [(label, int(n)) for n in args.sizes.split(",") for label in labels]
+    results = time_interleaved([(args.scenario.resolve(), label, [f"workload.num_requests={n}"])
+                                for label, n in cells], args.repeat)
+    for (label, num_requests), (fields, _) in zip(cells, results):
+        print(bench_line(label, num_requests, fields), flush=True)
 
 
 if __name__ == "__main__":

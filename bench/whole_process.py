@@ -45,17 +45,34 @@ def run_once(command: list[str]) -> tuple[float, float]:
 def time_run(scenario: Path, label: str, overrides: list[str], repeat: int) -> tuple[dict, dict]:
     """Run ``servesim run SCENARIO --scheduler LABEL --no-plots`` ``repeat`` times; return the
     measured fields (median wall, peak RSS, rates) and the last run's summary.json."""
-    with tempfile.TemporaryDirectory(prefix="servesim-bench-") as out_dir:
-        command = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--scheduler", label,
-                   "--no-plots", "--out", out_dir]
-        run_once(command + ["--set", "workload.num_requests=1"])   # warm the bytecode cache
-        for override in overrides:
-            command += ["--set", override]
-        runs = [run_once(command) for _ in range(repeat)]
-        summary = json.loads((Path(out_dir) / label / "summary.json").read_text())
+    return time_interleaved([(scenario, label, overrides)], repeat)[0]
+
+
+def time_interleaved(cells: list[tuple[Path, str, list[str]]], repeat: int) -> list[tuple[dict, dict]]:
+    """``time_run`` of each (scenario, label, overrides) cell, the runs interleaved: run r of
+    every cell before run r + 1 of any, so that a slow spell of a shared machine (this VM
+    alternates between a fast and a slow state every few seconds) falls on every cell's runs
+    alike instead of on all of one cell's."""
+    with tempfile.TemporaryDirectory(prefix="servesim-bench-") as root:
+        commands = []
+        for i, (scenario, label, overrides) in enumerate(cells):
+            out_dir = Path(root) / str(i)
+            command = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--scheduler",
+                       label, "--no-plots", "--out", str(out_dir)]
+            run_once(command + ["--set", "workload.num_requests=1"])   # warm the bytecode cache
+            commands.append(command + [arg for o in overrides for arg in ("--set", o)])
+        runs = [[] for _ in cells]
+        for _ in range(repeat):
+            for command, cell_runs in zip(commands, runs):
+                cell_runs.append(run_once(command))
+        return [_fields(cell_runs, json.loads((Path(root) / str(i) / label / "summary.json").read_text()))
+                for i, ((_, label, _), cell_runs) in enumerate(zip(cells, runs))]
+
+
+def _fields(runs: list[tuple[float, float]], summary: dict) -> tuple[dict, dict]:
     walls = [wall for wall, _ in runs]
     wall = statistics.median(walls)
-    fields = {"requests": summary["completed"], "runs": repeat,
+    fields = {"requests": summary["completed"], "runs": len(runs),
               "wall_s": f"{wall:.3f}", "wall_min_s": f"{min(walls):.3f}",
               "wall_max_s": f"{max(walls):.3f}", "peak_rss_mb": f"{max(r for _, r in runs):.0f}",
               "req_per_s": f"{summary['completed'] / wall:.0f}",
