@@ -347,7 +347,9 @@ class DecodeCohort:
                 gaps.append(gap)
                 sq += gap * gap
                 sq_prefix.append(sq)
-                if max_gaps[-1] <= gap:   # _push_gap, written out: usually the step before's
+                # _push_gap, written out: calling it here costs ~0.9% of a 3k-request sarathi
+                # run's instructions, as much as replacing the top in place saves
+                if max_gaps[-1] <= gap:   # usually the step before's
                     max_gaps[-1] = gap
                     max_steps[-1] = g
                     while max_gaps[-2] <= gap:

@@ -28,7 +28,7 @@ _PIPE_BYTES = 1 << 20   # a step-log chunk (8,192 rows, 720 kB) fits: the parent
 _PR_SET_PDEATHSIG = 1
 _SPILLED = (1 << 64) - 1   # a frame's buffer count meaning "in the spill file, at this offset"
 _DONE = b"done"   # the child's report once its job has succeeded (a failure's is a pickle)
-_leaving: list[int] = []   # helpers done with their job, perhaps still exiting: reaped later
+_leaving: list[int] = []   # children done with their job, perhaps still exiting: reaped later
 
 
 def can_fork() -> bool:
@@ -93,7 +93,7 @@ class Helper:
             parts = [struct.pack("<QQ", _SPILLED, offset)]
         try:
             for part in parts:
-                _write_all(self._data_w, memoryview(part))
+                write_all(self._data_w, memoryview(part))
         except BrokenPipeError:
             self.wait()   # the child has ended: its exception says why
             raise
@@ -103,7 +103,7 @@ class Helper:
         succeeded is not waited for while it exits (the kernel taking back a forked process's
         memory takes milliseconds): it is reaped later (``reap_leaving``)."""
         self._close_data()
-        report = _read_to_end(self.status_fd)
+        report = read_to_end(self.status_fd)
         os.close(self.status_fd)
         if report == _DONE:
             reap_later(self._pid)
@@ -209,7 +209,7 @@ def reap_later(pid: int) -> None:
 
 
 def reap_leaving() -> None:
-    """Reap the helpers that have finished exiting since their job ended (``Helper.wait``)."""
+    """Reap the children that have finished exiting since their job ended (``reap_later``)."""
     for pid in list(_leaving):
         try:
             if os.waitpid(pid, os.WNOHANG)[0] == 0:
@@ -294,13 +294,15 @@ def _widen(fd: int) -> None:
         pass
 
 
-def _write_all(fd: int, view: memoryview) -> None:
+def write_all(fd: int, view: memoryview) -> None:
+    """Write all of ``view`` to the pipe or file ``fd``."""
     view = view.cast("B")
     while view:
         view = view[os.write(fd, view):]
 
 
-def _read_to_end(fd: int) -> bytes:
+def read_to_end(fd: int) -> bytes:
+    """Everything the other end writes to pipe ``fd`` until it closes it."""
     parts = []
     while part := os.read(fd, 1 << 16):
         parts.append(part)

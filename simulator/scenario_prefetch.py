@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import os
 import pickle
-import sys
-import threading
 from pathlib import Path
 
+from simulator.parallel_write import can_fork, read_to_end, reap_later, write_all
 from simulator.scenario_error import ScenarioError
 
 
@@ -29,7 +28,7 @@ class ScenarioPrefetch:
         self._path, self._overrides = Path(path), tuple(overrides)
         self._pid: int | None = None
         self._fd: int | None = None
-        if _can_fork():
+        if can_fork():   # Linux, a second core to read on, no other thread
             read_fd, write_fd = os.pipe()
             pid = os.fork()
             if pid == 0:
@@ -52,24 +51,14 @@ class ScenarioPrefetch:
 
     def _answer(self) -> tuple[str, object] | None:
         """The child's ("raw", mapping) or ("error", message); None if it failed otherwise."""
-        chunks = []
-        while chunk := os.read(self._fd, 1 << 16):
-            chunks.append(chunk)
+        data = read_to_end(self._fd)
         os.close(self._fd)
         self._fd = None
-        from simulator.parallel_write import reap_later
         reap_later(self._pid)   # it has closed the pipe: exiting, not worth waiting for
         try:
-            return pickle.loads(b"".join(chunks))
+            return pickle.loads(data)
         except Exception:   # noqa: BLE001 - nothing or a partial answer: read it here instead
             return None
-
-
-def _can_fork() -> bool:
-    """Linux (forking after imports is safe), a second core to read on, and no other thread
-    (one could hold a lock the child needs)."""
-    return (sys.platform == "linux" and (os.cpu_count() or 1) > 1
-            and threading.active_count() == 1)
 
 
 def _child(fd: int, path: Path, overrides: tuple[str, ...]) -> None:
@@ -81,9 +70,7 @@ def _child(fd: int, path: Path, overrides: tuple[str, ...]) -> None:
             answer = ("raw", read_raw_scenario(path, overrides))
         except ScenarioError as exc:
             answer = ("error", str(exc))
-        data = memoryview(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL))
-        while data:
-            data = data[os.write(fd, data):]
+        write_all(fd, memoryview(pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)))
         os.close(fd)
     except BaseException:   # noqa: BLE001 - the parent reads the file itself
         code = 1

@@ -2,7 +2,7 @@
 the table's rest shared at the end.
 
 The simulation uses one core. A helper forked before it starts receives each chunk of the step
-log as the log stores it (8,192 rows, raw array bytes over a pipe) and appends its text to
+log as the log stores it (8,192 rows, 4,096 in a short run; raw array bytes over a pipe) and appends its text to
 steps.csv, so that file is all but done when the run ends. A table whose rows become known during
 the run (requests.csv: the requests finished so far, in id order) is streamed at the same ticks:
 after each chunk the parent sends the table's next rows, and the helper appends their text to the
@@ -32,8 +32,8 @@ STEPS_CSV = "steps.csv"
 class ForkedWriter:
     """A helper writing ``staging``'s steps.csv from ``step_log`` (what it holds now, then each
     chunk it stores until ``end_steps``), appending a ``stream_table``'s rows as they come and
-    sharing ``write_table``'s work. ``close`` ends the helper, on any path; after ``wait`` it has
-    nothing left to do."""
+    sharing the rest of the table (``start_table``, then ``finish_table``). ``close`` ends the
+    helper, on any path; after ``finish_table`` it has nothing left to do."""
 
     def __init__(self, staging: Path, step_log: StepLog):
         self._staging, self._step_log = staging, step_log
@@ -53,7 +53,7 @@ class ForkedWriter:
                      next_rows: Callable[[], Sequence | None]) -> None:
         """Stream ``staging/name``'s first rows: after each chunk of the log, ``next_rows()``
         gives the table's next rows (their columns; None: none yet), appended by the helper.
-        ``write_table`` writes the rest."""
+        ``start_table`` and ``finish_table`` write the rest."""
         self._table = (name, temp_file(self._staging / name), tuple(header))
         self._next_rows = next_rows
 
@@ -63,13 +63,6 @@ class ForkedWriter:
         self._step_log.stream_to(None)
         self._next_rows = None
         self._helper.send(None)
-
-    def write_table(self, name: str, header: Sequence[str], num_rows: int,
-                    read_rows: Callable[[int, int], Sequence[Sequence]]) -> None:
-        """Write ``staging/name`` (the rest of it, after the rows streamed) with the helper,
-        then wait for the helper to end: ``start_table`` then ``finish_table``."""
-        self.start_table(name, header, num_rows, read_rows)
-        self.finish_table()
 
     def start_table(self, name: str, header: Sequence[str], num_rows: int,
                     read_rows: Callable[[int, int], Sequence[Sequence]]) -> None:

@@ -25,8 +25,8 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the reader fork
 @pytest.fixture
 def forks(monkeypatch):
     """Forking allowed here (xdist's own thread aside); yields the children's pids."""
-    monkeypatch.setattr(scenario_prefetch.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(scenario_prefetch.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(parallel_write.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(parallel_write.threading, "active_count", lambda: 1)
     pids = record_forks(monkeypatch)
     yield pids
     deadline = time.monotonic() + 10
@@ -88,7 +88,7 @@ def test_a_child_failing_otherwise_leaves_the_reading_to_the_main_process(forks,
 
 def test_without_forking_the_main_process_reads_the_file(monkeypatch):
     forked = []
-    monkeypatch.setattr(scenario_prefetch.threading, "active_count", lambda: 2)   # another thread
+    monkeypatch.setattr(parallel_write.threading, "active_count", lambda: 2)   # another thread
     monkeypatch.setattr(scenario_prefetch.os, "fork", lambda: forked.append(1) or os.fork())
     path = ROOT / "scenarios" / "toy_unit.yaml"
     assert ScenarioPrefetch(path).raw() == read_raw_scenario(path)
