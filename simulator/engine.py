@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import simpy
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # compared by identity (runner.PreparedRun)
 class Replica:
     index: int
     scheduler: Scheduler
@@ -36,7 +36,7 @@ class Replica:
             self.wakeup.succeed()
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # likewise
 class SimulationResult:
     requests: list[Request]
     step_log: object

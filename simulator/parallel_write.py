@@ -17,7 +17,6 @@ import fcntl
 import os
 import pickle
 import select
-import signal
 import struct
 import sys
 import tempfile
@@ -120,6 +119,7 @@ class Helper:
         """End the child now, if still there (an error path: its outcome no longer matters)."""
         self._close_data()
         if self._pid is not None:
+            import signal   # here: its enums are ~0.3% of a short run's start-up (an error path)
             os.kill(self._pid, signal.SIGKILL)
             os.close(self.status_fd)
             self._reap()
@@ -188,6 +188,7 @@ def _run_child(job: Callable[[Inbox], None], inbox: Inbox, status_fd: int, paren
     cleanup (atexit handlers, buffered output and ``finally`` blocks are the parent's)."""
     code = 0
     try:
+        import signal   # here: the parent of a run that goes well never needs the module
         signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
         _die_with_parent(parent)
         job(inbox)
@@ -222,6 +223,7 @@ def reap_leaving() -> None:
 def _die_with_parent(parent: int) -> None:
     """No child outlives its parent, even one killed outright: Linux sends the child SIGKILL."""
     import ctypes
+    import signal
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):   # no prctl: a dead parent still ends the child's reads

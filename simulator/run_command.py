@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from simulator.output import MIN_STREAMED_REQUESTS, ResultWriter
-from simulator.runner import prepare, simulate
+from simulator.runner import Prepared, prepare, simulate
 from simulator.scenario import load_scenario, validate_scenario
 
 TABLE_COLUMNS = (  # (header, summary key, format)
@@ -21,11 +21,25 @@ TABLE_COLUMNS = (  # (header, summary key, format)
 
 def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool = True,
                       schedulers: tuple[str, ...] = (), prefetch=None) -> list:
-    """``schedulers``: labels to run (default: all of the file's, in file order). ``prefetch``:
-    the file being read already (``ScenarioPrefetch`` of the same path and overrides)."""
+    """``prepare_scenario_file`` then ``run_prepared``: the whole of `servesim run`."""
+    return run_prepared(prepare_scenario_file(path, overrides, schedulers, prefetch), out_dir, plots)
+
+
+def prepare_scenario_file(path: Path, overrides, schedulers: tuple[str, ...] = (),
+                          prefetch=None) -> Prepared:
+    """The file's scenario, validated and prepared (every impossible setup fails here, before
+    any output). ``schedulers``: labels to run (default: all of the file's, in file order).
+    ``prefetch``: the file being read already (``ScenarioPrefetch`` of the same path and
+    overrides)."""
     scenario = load_scenario(path, overrides) if prefetch is None else \
         validate_scenario(prefetch.raw(), base_dir=Path(path).parent)
-    prepared = prepare(scenario, schedulers)   # every impossible setup fails here, before any output
+    return prepare(scenario, schedulers)
+
+
+def run_prepared(prepared: Prepared, out_dir: Path | None, plots: bool = True) -> list:
+    """Simulate each prepared scheduler, writing its results as it goes, and print the table
+    (and the plots)."""
+    scenario = prepared.scenario
     out_dir = out_dir or Path("results") / scenario.name
     click.echo(f"{scenario.name}: {len(prepared.trace)} requests, {prepared.model.name} on "
                f"{prepared.hardware.name} x{scenario.engine.tensor_parallel_size}, "

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gc
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -15,6 +14,7 @@ from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
 from simulator.defaults import default_max_num_batched_tokens, default_max_num_seqs
+from simulator.collector import collector_paused
 from simulator.engine import Simulation, SimulationResult
 from simulator.kv_cache import KVCache
 from simulator.metrics.request_arrays import FinishedRequests
@@ -28,7 +28,7 @@ from simulator.workload.generate import generate_workload
 from simulator.workload.traces import WorkloadTrace
 
 
-@dataclass
+@dataclass(eq=False)   # a run's records compare by identity: no generated __eq__ to compile
 class PreparedRun:
     """One scheduler of a scenario, ready to simulate."""
     label: str
@@ -38,7 +38,7 @@ class PreparedRun:
     context: SchedulerContext
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # likewise; its repr would print the whole workload
 class Prepared:
     scenario: Scenario
     model: ModelSpec
@@ -122,7 +122,7 @@ def make_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False,
     requests during the run either; the caller unfreezes (``gc.unfreeze``, which thaws every
     frozen object) once the run is over. Requests hold no reference cycles: the collector has
     nothing to find in them."""
-    with _collector_paused():
+    with collector_paused():
         requests = _new_requests(trace)
         if keep_itl_gaps:
             for r in requests:
@@ -130,17 +130,6 @@ def make_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False,
         if freeze:
             gc.freeze()
     return requests
-
-
-@contextmanager
-def _collector_paused():
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _new_requests(trace: WorkloadTrace) -> list[Request]:
@@ -194,7 +183,7 @@ def _budget_note(scheduler: Scheduler) -> str:
     return " - 1"
 
 
-@dataclass
+@dataclass(eq=False, repr=False)   # likewise (PreparedRun)
 class RunOutput:
     label: str
     result: SimulationResult

@@ -74,7 +74,7 @@ def test_an_uncaught_exception_leaves_the_usual_way(tmp_path):
 ENTRY_WATCHING_OUTPUTS = """
 import atexit, gc, sys, weakref
 from simulator import cli, run_command
-real_run = run_command.run_scenario_file
+real_run = run_command.run_prepared
 refs = []
 def watched(*args, **kwargs):
     outputs = real_run(*args, **kwargs)
@@ -82,7 +82,7 @@ def watched(*args, **kwargs):
     atexit.register(lambda: print("alive at exit:", gc.collect() >= 0 and
                                   [r() is not None for r in refs], file=sys.stderr, flush=True))
     return outputs
-run_command.run_scenario_file = watched
+run_command.run_prepared = watched
 sys.argv = ["servesim", *sys.argv[1:]]
 cli.entry()
 """
@@ -101,17 +101,17 @@ def test_in_process_a_runs_results_are_freed_when_the_command_returns(tmp_path):
 
     from simulator import cli, run_command
     refs = []
-    real_run = run_command.run_scenario_file
+    real_run = run_command.run_prepared
 
     def watched(*args, **kwargs):
         outputs = real_run(*args, **kwargs)
         refs.extend(weakref.ref(o.result) for o in outputs)
         return outputs
-    run_command.run_scenario_file = watched
+    run_command.run_prepared = watched
     try:
         cli.main(["run", str(ROOT / "scenarios/toy_unit.yaml"), "--no-plots",
                   "-o", str(tmp_path / "out")], standalone_mode=False)
     finally:
-        run_command.run_scenario_file = real_run
+        run_command.run_prepared = real_run
     gc.collect()
     assert len(refs) == 2 and all(r() is None for r in refs) and cli._kept == []

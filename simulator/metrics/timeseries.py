@@ -13,7 +13,7 @@ import numpy as np
 from simulator.metrics.step_log import StepLog
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)   # arrays: compared by identity (runner.PreparedRun)
 class EngineSeries:
     """Per-step engine state stamped at step-end times (what a Prometheus scrape would see)."""
     time_s: np.ndarray        # float64, end of each step

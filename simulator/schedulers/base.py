@@ -18,7 +18,7 @@ def _decodes_next(r: Request) -> bool:
             and r.num_output_tokens > 0 and not r.num_output_placeholders)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # compared by identity (runner.PreparedRun)
 class SchedulerContext:
     """Engine facts a scheduler needs besides its own options."""
     max_model_len: int

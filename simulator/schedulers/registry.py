@@ -17,7 +17,7 @@ BUILTIN_MODULES = {"static": "static", "faster_transformer": "static", "orca": "
                    "vllm_v0": "vllm_v0", "sarathi": "sarathi", "vllm_v1": "vllm_v1"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # one per name: compared by identity (runner.PreparedRun)
 class Preset:
     """A registered name: its policy class, the option defaults it sets, and one line about it."""
 

@@ -19,7 +19,7 @@ def _frozen_array(values: Any, dtype: type) -> np.ndarray:
     return array
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class WorkloadTrace:
     """Requests in arrival order, as columns. Read-only; compare runs with ``fingerprint()``."""
 
