@@ -119,7 +119,7 @@ class Helper:
         """End the child now, if still there (an error path: its outcome no longer matters)."""
         self._close_data()
         if self._pid is not None:
-            import signal   # here: its enums are ~0.3% of a short run's start-up (an error path)
+            import signal   # here, an error path: its enums are ~0.25% of a 1k run's instructions
             os.kill(self._pid, signal.SIGKILL)
             os.close(self.status_fd)
             self._reap()
