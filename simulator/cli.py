@@ -6,9 +6,15 @@ import os
 import sys
 from pathlib import Path
 
-import click
+if sys.argv[1:2] == ["run"] and (__name__ == "__main__" or Path(sys.argv[0]).name == "servesim"):
+    # `servesim run`: its scenario reader is forked before click and numpy load, so that it is
+    # done first (simulator/scenario_prefetch.py)
+    from simulator.scenario_prefetch import start_early
+    start_early()
 
-from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: F401 (tests import EXIT_USER_ERROR here)
+import click  # noqa: E402
+
+from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: E402, F401 (tests import EXIT_USER_ERROR here)
                                   scheduler_option, single_threaded_blas)
 
 

@@ -29,11 +29,15 @@ def prepare_scenario_file(path: Path, overrides, schedulers: tuple[str, ...] = (
                           prefetch=None) -> Prepared:
     """The file's scenario, validated and prepared (every impossible setup fails here, before
     any output). ``schedulers``: labels to run (default: all of the file's, in file order).
-    ``prefetch``: the file being read already (``ScenarioPrefetch`` of the same path and
-    overrides)."""
-    scenario = load_scenario(path, overrides) if prefetch is None else \
-        validate_scenario(prefetch.raw(), base_dir=Path(path).parent)
-    return prepare(scenario, schedulers)
+    ``prefetch``: the file being read, and its workload drawn, already (``ScenarioPrefetch`` of
+    the same path and overrides)."""
+    if prefetch is None:
+        return prepare(load_scenario(path, overrides), schedulers)
+    try:
+        scenario = validate_scenario(prefetch.raw(), base_dir=Path(path).parent)
+        return prepare(scenario, schedulers, drawn=prefetch.workload)
+    finally:
+        prefetch.close()
 
 
 def run_prepared(prepared: Prepared, out_dir: Path | None, plots: bool = True) -> list:

@@ -238,6 +238,17 @@ def validate_scenario(raw: dict, base_dir: Path | None = None) -> Scenario:
     return scenario
 
 
+def quick_scenario(raw: dict, base_dir: Path | None = None) -> Scenario | None:
+    """``validate_scenario``'s Scenario where the file is plainly valid (strict_fields' quick
+    path), without its other checks (each scheduler's options, the workload's files); None when
+    the quick path is unsure or the file is wrong. For a reader that needs the workload and the
+    seed only, ahead of its caller's own validation (simulator/scenario_prefetch.py)."""
+    try:
+        return build(Scenario, _resolve_paths(raw, base_dir) if base_dir else raw)
+    except (Unsure, ValueError):
+        return None
+
+
 def _check_files(scenario: Scenario) -> None:
     """A missing trace or lengths file is a typo in the scenario: say which field names it."""
     workload = scenario.workload

@@ -117,6 +117,12 @@ def generate_workload(spec: WorkloadSpec, rng: np.random.Generator) -> WorkloadT
     return dataclasses.replace(trace, priority=priority, max_concurrency=spec.max_concurrency)
 
 
+def generate_seeded_workload(spec: WorkloadSpec, seed: int) -> WorkloadTrace:
+    """``generate_workload`` drawing from a fresh ``numpy.random.default_rng(seed)``, a run's one
+    generator (``numpy.random`` loads here, on first use)."""
+    return generate_workload(spec, np.random.default_rng(seed))
+
+
 def _lengths(spec: WorkloadSpec, n: int, rng: np.random.Generator
              ) -> tuple[np.ndarray, np.ndarray, tuple[tuple[int, ...], ...] | None]:
     if spec.lengths is not None:
