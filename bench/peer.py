@@ -14,10 +14,11 @@ prints one line:
 
 wall_s is the median over the runs; peak_rss_mb the largest resident set of one run's process; the
 latency figures come from the summary.json the last run wrote. The runs are interleaved, run r of
-every (scheduler, size) before run r + 1 of any (whole_process.time_interleaved): this VM alternates
-between a fast and a slow state every few seconds, and five runs of one cell back to back would
-often fall in one state; the lines are printed once all runs are done. Issue 6's targets and Vidur's own
-timings of this workload are printed as ratios where they exist (NA elsewhere).
+every (scheduler, size) before run r + 1 of any (whole_process.time_interleaved): this VM
+alternates between a fast and a slow state every few seconds, and five runs of one cell back to
+back would often fall in one state; the lines are printed once all runs are done. Issue 6's
+targets and Vidur's own timings of this workload are printed as ratios where they exist (NA
+elsewhere).
 """
 from __future__ import annotations
 

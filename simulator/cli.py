@@ -14,8 +14,9 @@ if sys.argv[1:2] == ["run"] and (__name__ == "__main__" or Path(sys.argv[0]).nam
 
 import click  # noqa: E402
 
+from simulator.blas_threads import single_threaded_blas  # noqa: E402
 from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: E402, F401 (tests import EXIT_USER_ERROR here)
-                                  scheduler_option, single_threaded_blas)
+                                  scheduler_option)
 
 
 class LazyGroup(click.Group):

@@ -1,8 +1,6 @@
-"""What every `servesim` command shares: the user-error exit, the scenario arguments, and a
-start-up that does not pay for threads a simulation never uses."""
+"""What every `servesim` command shares: the user-error exit and the scenario arguments."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -34,12 +32,3 @@ def scheduler_option(command):
     return click.option("--scheduler", "schedulers", multiple=True, metavar="NAME",
                         help="Only this scheduler of the file (its name or preset; repeatable; "
                              "default: all).")(command)
-
-
-def single_threaded_blas() -> None:
-    """Keep numpy's OpenBLAS to one thread, before numpy first loads. A simulation does no BLAS
-    work, yet OpenBLAS starts a thread per core as it loads: tens of ms of a `servesim run` on a
-    busy two-core machine. A process that loaded numpy already (tests, notebooks) is left as it is,
-    and an explicit OPENBLAS_NUM_THREADS wins."""
-    if "numpy" not in sys.modules:
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")

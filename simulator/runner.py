@@ -4,7 +4,7 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -13,8 +13,8 @@ from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
-from simulator.defaults import default_max_num_batched_tokens, default_max_num_seqs
 from simulator.collector import collector_paused
+from simulator.defaults import default_max_num_batched_tokens, default_max_num_seqs
 from simulator.engine import Simulation, SimulationResult
 from simulator.kv_cache import KVCache
 from simulator.metrics.request_arrays import FinishedRequests
@@ -24,7 +24,7 @@ from simulator.request import Request
 from simulator.scenario import Scenario, ScenarioError
 from simulator.schedulers.base import Scheduler, SchedulerContext
 from simulator.schedulers.registry import get_preset
-from simulator.workload.generate import generate_seeded_workload
+from simulator.workload.generate import WorkloadSpec, generate_seeded_workload
 from simulator.workload.traces import WorkloadTrace
 
 
@@ -52,7 +52,8 @@ def _user_error(exc: Exception) -> ScenarioError:
     return ScenarioError(str(exc).split("\n")[0])
 
 
-def prepare(scenario: Scenario, schedulers: Sequence[str] = (), drawn=None) -> Prepared:
+def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
+            drawn: Callable[[WorkloadSpec, int], WorkloadTrace | None] | None = None) -> Prepared:
     """Resolve catalogs, KV capacity and the workload; raise ScenarioError for impossible setups.
 
     ``schedulers``: the labels to prepare (default: every scheduler of the file), in file order.

@@ -31,8 +31,6 @@ if TYPE_CHECKING:
     from pydantic import BaseModel, TypeAdapter, ValidationError
 
 
-
-
 # A name becomes a folder under the result directory: no separators, no "." or ".." tricks.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 # The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.

@@ -33,6 +33,7 @@ import os
 import pickle
 from pathlib import Path
 
+from simulator.blas_threads import single_threaded_blas
 from simulator.parallel_write import can_fork, read_to_end, reap_later, write_all
 from simulator.scenario_error import ScenarioError
 
@@ -40,8 +41,8 @@ _early: "_Child | None" = None   # the child start_early forked, until a Scenari
 # The child draws a workload of at most this many requests (given as ``num_requests``; not a
 # trace). A larger one costs the child more to draw and send than the main process saves: at
 # 100,000 vLLM V1 requests of lognormal lengths the main process waited 12-87 ms for it, against
-# ~35 ms to load numpy.random and draw it itself, at 1,000,000 ~340 ms against ~170 ms; at 10,000
-# peer requests 1-18 ms against ~23 ms.
+# 29-42 ms to load numpy.random and draw them itself, at 1,000,000 280-380 ms against 160-230 ms;
+# at 10,000 peer requests 1-18 ms against 22-23 ms.
 MAX_DRAWN_REQUESTS = 10_000
 
 
@@ -182,7 +183,7 @@ def _child(job_fd: int, raw_fd: int, workload_fd: int | None) -> None:
 def _draw_workload(fd: int, raw: dict, base_dir: Path) -> None:
     """The workload of the file's scenario, with its spec and seed for the parent to check,
     where the file is plainly valid and the workload small (else none: the parent draws it)."""
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")   # cli_common.single_threaded_blas
+    single_threaded_blas()
     from simulator.scenario import quick_scenario
     scenario = quick_scenario(raw, base_dir)
     if scenario is None:

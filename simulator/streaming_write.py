@@ -2,8 +2,8 @@
 the table's rest shared at the end.
 
 The simulation uses one core. A helper forked before it starts receives each chunk of the step
-log as the log stores it (8,192 rows, 4,096 in a short run; raw array bytes over a pipe) and appends its text to
-steps.csv, so that file is all but done when the run ends. A table whose rows become known during
+log as the log stores it (8,192 rows, 4,096 in a short run; raw array bytes over a pipe) and
+appends its text to steps.csv, so that file is all but done when the run ends. A table whose rows become known during
 the run (requests.csv: the requests finished so far, in id order) is streamed at the same ticks:
 after each chunk the parent sends the table's next rows, and the helper appends their text to the
 table's temp file. At the end the parent sends the table's rest (all of it, if nothing was
