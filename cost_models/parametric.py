@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cost_models.base import decode_steps_time_s
 from cost_models.batch_shape import BatchShape
 # FittedRange and the work counts serve the table form too (cost_models/profiled.py); they live in
 # their own module so that a table model's run does not create this module's class.
@@ -93,28 +94,17 @@ class ParametricCostModel:
             self.fitted_range.warn_once(self.name, shape, counts, self._warned)
         return self._time_s(counts)
 
-    def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
-        """An all-decode step (see RooflineCostModel.decode_step_time_s): the same counts as
-        step_counts gives such a step, so the two paths agree to the bit. ``longest``: the
-        longest context before the step, for the fitted-range warning."""
-        counts = decode_counts(num_seqs, context_sum)
-        if not self._warned[0]:
-            self.fitted_range.warn_once(self.name, None, counts, self._warned, longest + 1)
-        return self._time_s(counts)
-
-    def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
-                            longest: np.ndarray) -> np.ndarray | None:
-        """decode_step_time_s for many steps of the same rows at once: the same operations in
-        the same order, element by element. None when a step may leave the fitted range (the
-        caller prices step by step, so the warning names the first such step)."""
+    def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
+                            num_steps: int) -> list[float]:
+        """step_time_s of a run of decode steps with the same rows (cost_models.base): _time_s of
+        each step's counts; step by step through step_time_s when a step may leave the fitted
+        range, so the warning names the first such step."""
+        last = num_steps - 1
         if not self._warned[0] and self.fitted_range.outside(
-                None, decode_counts(num_seqs, int(context_sums[-1])), int(longest[-1]) + 1):
-            return None
-        c = self._coef
-        time_s = c[0] + c[1] * max(self.knee_tokens, num_seqs) + c[2] * num_seqs + c[3] * context_sums
-        for term, count in zip(c[4:9], (num_seqs, 0.0, 0, 0, num_seqs)):
-            time_s += term * count
-        return time_s + c[9] * math.sqrt(num_seqs)
+                None, decode_counts(num_seqs, context_sum + last * num_seqs), longest + last + 1):
+            return decode_steps_time_s(self, num_seqs, context_sum, longest, num_steps)
+        return [self._time_s(decode_counts(num_seqs, context_sum + i * num_seqs))
+                for i in range(num_steps)]
 
     def _time_s(self, counts: tuple) -> float:
         c = self._coef

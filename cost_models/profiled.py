@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.base import decode_step_ends_from_terms, decode_step_s
+from cost_models.base import decode_steps_time_s
 from cost_models.batch_shape import BatchShape
 from cost_models.fitted_range import FittedRange, decode_counts, step_counts
 
@@ -78,15 +78,11 @@ class RooflineAttention:
         tokens, decode_ctx, num_decodes, pairs, prefill_ctx = counts[:5]
         decode_pairs = decode_ctx + num_decodes
         prefill_tokens = tokens - num_decodes
-        # Each max(a, b) written as `b if b > a else a` (the same value; the builtin's call costs
-        # more than its comparison, once per step with a prefill)
-        compute_s, memory_s = (k.attn_s_per_pair * decode_pairs,
-                               k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decodes)
-        per_layer = memory_s if memory_s > compute_s else compute_s
+        per_layer = max(k.attn_s_per_pair * decode_pairs,
+                        k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decodes)
         if pairs:
-            compute_s, memory_s = (k.attn_s_per_pair * pairs, k.kv_s_per_token * (prefill_ctx + prefill_tokens)
-                                   + k.q_s_per_token * prefill_tokens)
-            per_layer += memory_s if memory_s > compute_s else compute_s
+            per_layer += max(k.attn_s_per_pair * pairs, k.kv_s_per_token * (prefill_ctx + prefill_tokens)
+                             + k.q_s_per_token * prefill_tokens)
         return per_layer  # the roofline's constants already count every layer
 
     def decode_s(self, num_decodes: int, decode_ctx):
@@ -115,7 +111,6 @@ class TableCostModel:
     name: str = "profiled"
     _warned: list = field(init=False, repr=False, compare=False)
     _by_tokens: dict = field(init=False, repr=False, compare=False)
-    _decode_terms: dict | None = field(init=False, repr=False, compare=False)
     _grid: bool = field(init=False, repr=False, compare=False)
     _skew: float = field(init=False, repr=False, compare=False)
 
@@ -127,9 +122,6 @@ class TableCostModel:
         # Table lookups by token and row counts, which repeat step after step (a decode run
         # keeps its rows): the same floats, computed once.
         object.__setattr__(self, "_by_tokens", {})
-        # _roofline_step_terms by row count, where attention is the roofline's.
-        object.__setattr__(self, "_decode_terms",
-                           {} if isinstance(self.attention, RooflineAttention) else None)
 
     def step_time_s(self, shape: BatchShape) -> float:
         counts = step_counts(shape)
@@ -142,46 +134,19 @@ class TableCostModel:
             return self._time_s(counts, shape.new_tokens, shape.context_tokens, longest)
         return self._time_s(counts, None, None, longest)
 
-    def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
-        """An all-decode step (see RooflineCostModel.decode_step_time_s); the attention terms of
-        such a step read only the counts, so no arrays are built. Decode runs price every step
-        here: with the roofline's attention the sum is written out, in _time_s's order."""
-        if not self._warned[0] and not self._surely_fitted(num_seqs, longest):
-            self.fitted_range.warn_once(self.name, None, decode_counts(num_seqs, context_sum),
-                                        self._warned, longest + 1)
-        if self._decode_terms is None:
-            return self._time_s(decode_counts(num_seqs, context_sum), None, None, longest)
-        return decode_step_s(self._roofline_step_terms(num_seqs), context_sum + num_seqs)
-
-    def decode_step_terms(self, num_seqs: int, longest: int = 0) -> tuple | None:
-        """cost_models.base's decode-step terms (None for a grid, or when a step up to context
-        ``longest`` may leave the fitted range: such steps go one by one, which warns)."""
-        if self._decode_terms is None or not (self._warned[0] or self._surely_fitted(num_seqs, longest)):
-            return None
-        return self._roofline_step_terms(num_seqs)
-
-    def _roofline_step_terms(self, num_seqs: int) -> tuple:
-        """The layers, the roofline attention, the step overhead, the whole-model kernels and
-        sampling: _time_s's order, cached by row count (every decode run asks)."""
-        terms = self._decode_terms.get(num_seqs)
-        if terms is None:
-            layers_s, q_s, whole_s, sampling_s = self._roofline_decode_terms(num_seqs)
-            k = self.attention._k
-            terms = self._decode_terms[num_seqs] = (
-                layers_s, k.attn_s_per_pair, k.kv_s_per_token, q_s, self.step_overhead_s, whole_s,
-                sampling_s)
-        return terms
-
-    def decode_step_ends(self, num_seqs: int, context_sum: int, context_step: int, longest: int,
-                         now_s: float, num_steps: int, next_arrival_s: float) -> list[float] | None:
-        """RooflineCostModel.decode_step_ends for a profile with the roofline's attention (None
-        for a grid, or when the run may leave the fitted range: its steps are then priced one
-        by one, which warns)."""
-        terms = self.decode_step_terms(num_seqs, longest + num_steps)
-        if terms is None:
-            return None
-        return decode_step_ends_from_terms(terms, num_seqs, context_sum, context_step, now_s,
-                                           num_steps, next_arrival_s)
+    def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
+                            num_steps: int) -> list[float]:
+        """step_time_s of a run of decode steps with the same rows (cost_models.base): _time_s of
+        each step's counts, without building shapes (an all-decode step's attention reads only
+        the counts, and the longest context for the skew term); step by step through
+        step_time_s when a step may leave the fitted range, so the warning names the first."""
+        last = num_steps - 1
+        if not self._warned[0] and self.fitted_range.outside(
+                None, decode_counts(num_seqs, context_sum + last * num_seqs), longest + last + 1):
+            return decode_steps_time_s(self, num_seqs, context_sum, longest, num_steps)
+        skew = self._skew and num_seqs >= 2
+        return [self._time_s(decode_counts(num_seqs, context_sum + i * num_seqs), None, None,
+                             longest + i if skew else 0) for i in range(num_steps)]
 
     def _surely_inside(self, counts: tuple) -> bool:
         """A cheap sufficient test that a step lies inside the fitted range (FittedRange.outside:
@@ -189,40 +154,6 @@ class TableCostModel:
         fitted = self.fitted_range
         return (counts[0] <= fitted.max_tokens and counts[-1] <= fitted.max_seqs
                 and counts[1] + counts[4] + counts[0] <= fitted.max_context)
-
-    def _surely_fitted(self, num_seqs: int, longest: int) -> bool:
-        """A cheap sufficient test that a decode step lies inside the fitted range (FittedRange.outside)."""
-        fitted = self.fitted_range
-        return num_seqs <= fitted.max_tokens and num_seqs <= fitted.max_seqs and longest < fitted.max_context
-
-    def _roofline_decode_terms(self, num_seqs: int) -> tuple:
-        """What a decode step of num_seqs rows adds besides its attention, as _time_s adds it:
-        (layers x per-layer time, the query term of the roofline attention, whole-model time,
-        sampling time), each float computed by the same operations as there. An absent term is
-        0.0: adding +0.0 leaves a positive time unchanged to the bit. Python floats: numpy
-        scalars hold the same bits but sum more slowly."""
-        per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
-        return (float(self.num_layers * per_layer), self.attention._k.q_s_per_token * num_seqs,
-                float(whole_s or 0.0), float(sampling_s or 0.0))
-
-    def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
-                            longest: np.ndarray) -> np.ndarray | None:
-        """decode_step_time_s for many steps of the same rows at once, where the attention is the
-        roofline's (element by element, the same operations in the same order); None for a grid
-        (its interpolation is priced step by step) or a step that may leave the fitted range."""
-        if not isinstance(self.attention, RooflineAttention):
-            return None
-        if not self._warned[0] and self.fitted_range.outside(
-                None, decode_counts(num_seqs, int(context_sums[-1])), int(longest[-1]) + 1):
-            return None
-        per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
-        time_s = self.num_layers * per_layer + self.attention.decode_s(num_seqs, context_sums) \
-            + self.step_overhead_s
-        if whole_s is not None:
-            time_s += whole_s
-        if sampling_s is not None:
-            time_s += sampling_s
-        return time_s
 
     def _terms(self, tokens: int, num_sampled: int) -> tuple:
         terms = self._by_tokens.get((tokens, num_sampled))

@@ -6,8 +6,8 @@ the groups run one after another, so their times add. One roofline per group is 
 global max: a mixed step's decode attention is bandwidth-bound while its GEMMs may be compute-bound.
 Tensor parallelism adds two all-reduces per layer (after attention and after the MLP).
 
-Called once per simulated step, so ``step_time_s`` reads the batch's work counts (computed once per
-shape) and does scalar arithmetic on constants precomputed in ``__post_init__``.
+``step_time_s`` reads the batch's work counts and does scalar arithmetic on constants precomputed
+in ``__post_init__``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.base import decode_step_ends_from_terms, decode_step_s
 from cost_models.batch_shape import BatchShape
 from cost_models.hardware import HardwareSpec
 from cost_models.memory import check_tensor_parallel_size
@@ -48,7 +47,7 @@ class RooflineCostModel:
     # order of 10 us; paid 2 x num_layers times per step at tensor_parallel_size > 1.
     allreduce_latency_s: float = 1e-5
     _k: "_PerRank" = field(init=False, repr=False, compare=False)
-    _decode_terms: dict = field(init=False, repr=False, compare=False)
+    _by_tokens: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_tensor_parallel_size(self.model, self.tensor_parallel_size)
@@ -61,93 +60,57 @@ class RooflineCostModel:
             if not _is_number(value) or value < 0:
                 raise ValueError(f"cost_model.{name}: {value!r} is not a non-negative number of seconds")
         object.__setattr__(self, "_k", _per_rank(self))
-        object.__setattr__(self, "_decode_terms", {})   # decode_step_terms by row count
+        object.__setattr__(self, "_by_tokens", {})
 
     def step_time_s(self, shape: BatchShape) -> float:
         (tokens, decode_ctx, num_decode, prefill_pairs, prefill_ctx, _, num_sampled,
-         num_seqs) = shape.work_counts     # computed once per shape: the step log reads them too
+         num_seqs) = shape.work_counts
         if num_seqs == 0:
             return self.step_overhead_s
-        if tokens == num_seqs and num_sampled == tokens:
-            return self.decode_step_time_s(tokens, decode_ctx)   # most steps: one formula for both paths
         k = self._k
+        linear_s, sampling_s, allreduce_s = self._token_terms(tokens, num_sampled)
         decode_pairs = decode_ctx + num_decode
         prefill_tokens = tokens - num_decode
-        # Each max(a, b) written as `b if b > a else a` (the same value): a mixed step is priced
-        # once per admission, and the builtin's call costs more than its comparison.
-        time_s = self._linear_s(tokens)
-        compute_s, memory_s = (k.attn_s_per_pair * decode_pairs,
-                               k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decode)
-        time_s += memory_s if memory_s > compute_s else compute_s
-        compute_s, memory_s = (k.attn_s_per_pair * prefill_pairs, k.kv_s_per_token * (prefill_ctx + prefill_tokens)
-                               + k.q_s_per_token * prefill_tokens)
-        time_s += memory_s if memory_s > compute_s else compute_s
-        return self._sampling_and_rest_s(time_s, tokens, num_sampled)
+        time_s = linear_s + max(k.attn_s_per_pair * decode_pairs,
+                                k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decode)
+        time_s += max(k.attn_s_per_pair * prefill_pairs,
+                      k.kv_s_per_token * (prefill_ctx + prefill_tokens) + k.q_s_per_token * prefill_tokens)
+        return time_s + sampling_s + allreduce_s + self.step_overhead_s
 
-    def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
-        """A step in which ``num_seqs`` sequences decode and sample one token each over
-        ``context_sum`` tokens of KV in all: the multi-step advance prices whole decode runs
-        with this, and step_time_s routes such steps here too, so both agree to the bit."""
-        return decode_step_s(self.decode_step_terms(num_seqs, longest), context_sum + num_seqs)
+    def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
+                            num_steps: int) -> list[float]:
+        """step_time_s of a run of decode steps with the same rows (cost_models.base): the same
+        operations in the same order (a step without prefill adds +0.0 for it, which changes no
+        positive time), with the terms that only depend on the rows taken once."""
+        k = self._k
+        linear_s, sampling_s, allreduce_s = self._token_terms(num_seqs, num_seqs)
+        a, b, q = k.attn_s_per_pair, k.kv_s_per_token, k.q_s_per_token * num_seqs
+        overhead_s = self.step_overhead_s
+        times, pairs = [], context_sum + num_seqs
+        for _ in range(num_steps):
+            times.append(linear_s + max(a * pairs, b * pairs + q) + sampling_s + allreduce_s
+                         + overhead_s)
+            pairs += num_seqs
+        return times
 
-    def decode_step_terms(self, num_seqs: int, longest: int = 0) -> tuple:
-        """cost_models.base's decode-step terms: the linear layers, then the attention's
-        roofline, then sampling, all-reduces and the step overhead (_sampling_and_rest_s's order),
-        cached by row count (every decode run asks)."""
-        terms = self._decode_terms.get(num_seqs)
+    def _token_terms(self, tokens: int, num_sampled: int) -> tuple[float, float, float]:
+        """The terms that depend on the token and sampled-row counts only: the linear layers,
+        the lm_head and sampler, the all-reduces (0.0 where absent: adding it changes nothing).
+        Kept by counts, which repeat step after step."""
+        key = (tokens, num_sampled)
+        terms = self._by_tokens.get(key)
         if terms is None:
-            linear_s, q_s, sampling_s, allreduce_s = self._decode_terms_of(num_seqs)
             k = self._k
-            terms = self._decode_terms[num_seqs] = (
-                linear_s, k.attn_s_per_pair, k.kv_s_per_token, q_s, sampling_s, allreduce_s,
-                self.step_overhead_s)
+            weight_s = k.dense_weight_s
+            if k.expert_s:
+                weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
+            linear_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
+            sampling_s = max(k.lm_head_s_per_row * num_sampled,
+                             k.lm_head_weight_s + k.logit_s_per_row * num_sampled) if num_sampled else 0.0
+            allreduce_s = (k.allreduces * (k.allreduce_s_per_token * tokens + self.allreduce_latency_s)
+                           if k.allreduces else 0.0)
+            terms = self._by_tokens[key] = (linear_s, sampling_s, allreduce_s)
         return terms
-
-    def decode_step_ends(self, num_seqs: int, context_sum: int, context_step: int, longest: int,
-                         now_s: float, num_steps: int, next_arrival_s: float) -> list[float]:
-        """The clock after each of up to ``num_steps`` decode steps from ``now_s``: step i is
-        decode_step_time_s(num_seqs, context_sum + i * context_step), its time added to the clock
-        in turn as SimPy does; none starts at or after next_arrival_s (decode_pricing)."""
-        return decode_step_ends_from_terms(self.decode_step_terms(num_seqs), num_seqs, context_sum,
-                                           context_step, now_s, num_steps, next_arrival_s)
-
-    def _decode_terms_of(self, num_seqs: int) -> tuple:
-        """The parts of decode_step_time_s that depend on the row count only, each computed by
-        the operations step_time_s uses (so the sum, taken in the same order, is the same float).
-        No all-reduce is 0.0: adding +0.0 leaves a positive time unchanged."""
-        k = self._k
-        sampling_s = max(k.lm_head_s_per_row * num_seqs, k.lm_head_weight_s + k.logit_s_per_row * num_seqs)
-        allreduce_s = (k.allreduces * (k.allreduce_s_per_token * num_seqs + self.allreduce_latency_s)
-                       if k.allreduces else 0.0)
-        return self._linear_s(num_seqs), k.q_s_per_token * num_seqs, sampling_s, allreduce_s
-
-    def decode_step_times_s(self, num_seqs: int, context_sums: np.ndarray,
-                            longest: np.ndarray) -> np.ndarray:
-        """decode_step_time_s for many steps of the same rows at once (a multi-step advance):
-        the same operations in the same order, element by element, so the same floats."""
-        k = self._k
-        decode_pairs = context_sums + num_seqs
-        time_s = self._linear_s(num_seqs) + np.maximum(
-            k.attn_s_per_pair * decode_pairs, k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_seqs)
-        return self._sampling_and_rest_s(time_s, num_seqs, num_seqs)
-
-    def _linear_s(self, tokens: int) -> float:
-        k = self._k
-        weight_s = k.dense_weight_s
-        if k.expert_s:
-            weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
-        compute_s, memory_s = k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens
-        return memory_s if memory_s > compute_s else compute_s   # max(), as in step_time_s
-
-    def _sampling_and_rest_s(self, time_s: float, tokens: int, num_sampled: int) -> float:
-        k = self._k
-        if num_sampled:
-            compute_s, memory_s = (k.lm_head_s_per_row * num_sampled,
-                                   k.lm_head_weight_s + k.logit_s_per_row * num_sampled)
-            time_s += memory_s if memory_s > compute_s else compute_s   # max(), as in step_time_s
-        if k.allreduces:
-            time_s += k.allreduces * (k.allreduce_s_per_token * tokens + self.allreduce_latency_s)
-        return time_s + self.step_overhead_s
 
 
 def _is_number(value) -> bool:

@@ -26,13 +26,10 @@ class UnitCostModel:
             return self.prefill_step_time_s
         return self.fixed_step_time_s
 
-    def decode_step_time_s(self, num_seqs: int, context_sum: int, longest: int = 0) -> float:
-        """An all-decode step (see RooflineCostModel.decode_step_time_s)."""
-        return self.fixed_step_time_s
-
-    def decode_step_terms(self, num_seqs: int, longest: int = 0) -> tuple:
-        """cost_models.base's decode-step terms: the fixed time plus zeros (exact: x + 0.0 == x)."""
-        return (self.fixed_step_time_s, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
+                            num_steps: int) -> list[float]:
+        """step_time_s of a run of decode steps (cost_models.base): no prefill, the fixed time."""
+        return [self.fixed_step_time_s] * num_steps
 
 
 def _check_positive(field: str, value) -> None:

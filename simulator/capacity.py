@@ -120,7 +120,7 @@ def start_value(raw: dict, search: CapacitySearch) -> float:
 
 def probe_summary(single: dict, base_dir: Path | None, search: CapacitySearch, value: float,
                   seed: int) -> dict:
-    from simulator.progress import NoProgressError
+    from simulator.engine.progress import NoProgressError
     point = set_path(set_path(single, search.over, value), "seed", seed)
     prepared = prepare(validate_scenario(point, base_dir))
     try:

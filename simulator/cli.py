@@ -64,7 +64,7 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
     with collector_paused():   # start-up makes only objects that live on (simulator/collector.py)
         from simulator.scenario_prefetch import ScenarioPrefetch
         prefetch = ScenarioPrefetch(scenario_file, overrides)   # read while numpy and the rest load
-        from simulator.progress import NoProgressError
+        from simulator.engine.progress import NoProgressError
         from simulator.run_command import prepare_scenario_file, run_prepared
         from simulator.scenario import ScenarioError
         try:
@@ -110,7 +110,7 @@ def hardware() -> None:
 @main.command()
 def schedulers() -> None:
     """List the scheduler presets."""
-    from simulator.schedulers.registry import get_preset, preset_names
+    from simulator.policies.registry import get_preset, preset_names
     for name in preset_names():
         p = get_preset(name)
         click.echo(f"{name:<20}{p.cls.family:<16}{p.description.strip().splitlines()[0]}")

@@ -52,7 +52,7 @@ def compare(scenario_files, out_dir, slo_items, over, num_seeds, rel_tol, overri
             backend, address, no_sweeps, no_plots) -> None:
     """Highest load meeting the SLOs, per scheduler of each SCENARIO_FILE, with 95% intervals."""
     from simulator.capacity import CapacitySearch, measure_capacity
-    from simulator.progress import NoProgressError
+    from simulator.engine.progress import NoProgressError
     from simulator.scenario import ScenarioError
     from simulator.sweep.backends import BackendError, make_backend
     try:

@@ -28,7 +28,7 @@ from simulator.metrics.request_arrays import FinishedRequests, request_arrays
 from simulator.metrics.step_log import STEP_COLUMNS, StepLog
 from simulator.metrics.summary import latencies_s, latency_arrays_s
 from simulator.parallel_write import can_fork
-from simulator.request import Request
+from simulator.core.request import Request
 from simulator.streaming_write import STEPS_CSV, ForkedWriter
 
 __all__ = ["REQUEST_COLUMNS", "ResultWriter", "atomic_write", "csv_text", "request_columns",

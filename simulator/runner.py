@@ -14,16 +14,16 @@ from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
 from simulator.collector import collector_paused
-from simulator.defaults import default_max_num_batched_tokens, default_max_num_seqs
-from simulator.engine import Simulation, SimulationResult
-from simulator.kv_cache import KVCache
+from simulator.policies.defaults import default_max_num_batched_tokens, default_max_num_seqs
+from simulator.engine.simulation import Simulation, SimulationResult
+from simulator.kv.block_pool import KVCache
 from simulator.metrics.request_arrays import FinishedRequests
 from simulator.metrics.step_log import StepLog
 from simulator.metrics.summary import summarize
-from simulator.request import Request
+from simulator.core.request import Request
 from simulator.scenario import Scenario, ScenarioError
-from simulator.schedulers.base import Scheduler, SchedulerContext
-from simulator.schedulers.registry import get_preset
+from simulator.policies.base import Scheduler, SchedulerContext
+from simulator.policies.registry import get_preset
 from simulator.workload.generate import WorkloadSpec, generate_seeded_workload
 from simulator.workload.traces import WorkloadTrace
 
@@ -195,7 +195,7 @@ class RunOutput:
     num_gpu_blocks: int
 
 
-def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True,
+def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
              step_log: StepLog | None = None, writer=None) -> RunOutput:
     """Run one scheduler; ``step_log``: an empty log to record the steps in, else a new one.
     ``writer``: a ``ResultWriter`` the run is written by (its log records the steps; it is
@@ -213,7 +213,7 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_forward: bool = True,
     step_log = StepLog() if step_log is None else step_log
     sim = Simulation(requests, schedulers, prepared.cost_model, step_log,
                      max_concurrency=prepared.trace.max_concurrency, router=scenario.engine.router,
-                     fast_forward=fast_forward)
+                     fast_path=fast_path)
     try:
         result = sim.run()
         # The requests no longer change: the summary and the result files share one reading.

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from cost_models.options import (Bool, Constraint, LazyClass, NonNegativeInt, PositiveInt,
                                  UnitInterval, options_config)
 from simulator.scenario_error import ScenarioError  # noqa: F401 (its home for callers)
-from simulator.schedulers.registry import get_preset, preset_names
+from simulator.policies.registry import get_preset, preset_names
 from simulator.strict_fields import Unsure, build
 from simulator.workload.generate import WorkloadSpec
 

@@ -1,9 +1,9 @@
 """Drive a scheduler by hand, one step at a time, for hand-worked cases."""
 from __future__ import annotations
 
-from simulator.request import Request
-from simulator.schedulers.base import SchedulerContext
-from simulator.schedulers.registry import get_preset
+from simulator.core.request import Request
+from simulator.policies.base import SchedulerContext
+from simulator.policies.registry import get_preset
 
 
 def make_scheduler(preset: str, *, num_gpu_blocks: int = 1000, block_size: int = 4,
@@ -35,7 +35,7 @@ class Driver:
         batch = self.s.schedule(self.now)
         scheduled = {r.request_id: n for r, n in batch.num_scheduled_tokens.items()}
         self.now += 1.0
-        self.finished += self.s.on_step_end(batch, self.now)
+        self.finished += self.s.update_from_output(batch, self.now)
         self.s.kv.check_invariants()
         return scheduled
 

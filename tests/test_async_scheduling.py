@@ -1,9 +1,9 @@
 """Async scheduling of vLLM V1 (scheduler-semantics.md §1.6, trap 13): step k+1 is scheduled while
 step k runs, with placeholders for the tokens not yet sampled."""
 from cost_models.unit import UnitCostModel
-from simulator.engine import Simulation
+from simulator.engine.simulation import Simulation
 from simulator.metrics.step_log import StepLog
-from simulator.request import Request
+from simulator.core.request import Request
 from tests.sched_helpers import make_scheduler
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cost_models.batch_shape import BatchShape
-from tests.test_fast_forward import _shipped_cost_models
+from tests.test_cost_model_contract import shipped_cost_models
 
 
 def listed_and_summarised(rng, num_decodes: int, prefill_chunks: list[int]):
@@ -37,7 +37,7 @@ def test_summarised_decode_rows_give_the_same_figures(num_decodes, chunks):
 def test_every_cost_model_prices_summarised_rows_to_the_bit(num_decodes, chunks):
     listed, summarised = listed_and_summarised(np.random.default_rng(7 + num_decodes), num_decodes, chunks)
     import warnings
-    for name, model in _shipped_cost_models():
+    for name, model in shipped_cost_models():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             assert model.step_time_s(summarised) == model.step_time_s(listed), name

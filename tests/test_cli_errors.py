@@ -185,11 +185,11 @@ def test_run_that_cannot_progress_stops_with_a_diagnosis(preset: str):
     # The pre-run checks refuse this setup (see the next test); the engine's own guard is the
     # second line of defence for whatever they miss: build the run by hand, skipping them.
     from cost_models.unit import UnitCostModel
-    from simulator.engine import Simulation
-    from simulator.kv_cache import KVCache
+    from simulator.engine.simulation import Simulation
+    from simulator.kv.block_pool import KVCache
     from simulator.metrics.step_log import StepLog
-    from simulator.progress import NoProgressError
-    from simulator.request import Request
+    from simulator.engine.progress import NoProgressError
+    from simulator.core.request import Request
     from tests.sched_helpers import make_scheduler
     scheduler = make_scheduler(preset, num_gpu_blocks=101, block_size=16, max_model_len=2048,
                                max_num_seqs=4, max_num_batched_tokens=2048)
@@ -213,7 +213,7 @@ def test_prompt_blocked_by_the_watermark_is_caught_before_the_run(preset: str, t
 
 class _StuckScheduler:
     """Just what ProgressWatchdog reads from a scheduler."""
-    running = [object()] * 3
+    num_running = 3
     waiting = [object()] * 2
 
     class kv:
@@ -221,7 +221,7 @@ class _StuckScheduler:
 
 
 def test_watchdog_stops_a_preemption_livelock(monkeypatch):
-    from simulator.progress import NoProgressError, ProgressWatchdog
+    from simulator.engine.progress import NoProgressError, ProgressWatchdog
     monkeypatch.setattr(ProgressWatchdog, "MAX_STEPS_WITHOUT_TOKEN", 5)
     monkeypatch.setattr(ProgressWatchdog, "MIN_PREEMPTIONS", 3)
     watchdog = ProgressWatchdog()
@@ -233,7 +233,7 @@ def test_watchdog_stops_a_preemption_livelock(monkeypatch):
 
 
 def test_watchdog_resets_when_a_token_is_sampled(monkeypatch):
-    from simulator.progress import ProgressWatchdog
+    from simulator.engine.progress import ProgressWatchdog
     monkeypatch.setattr(ProgressWatchdog, "MAX_STEPS_WITHOUT_TOKEN", 5)
     monkeypatch.setattr(ProgressWatchdog, "MIN_PREEMPTIONS", 3)
     watchdog = ProgressWatchdog()

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from cost_models.hardware import list_hardware
 from cost_models.model_spec import PRESETS
 from simulator.cli import EXIT_USER_ERROR, main
-from simulator.schedulers.registry import preset_names
+from simulator.policies.registry import preset_names
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY = ROOT / "scenarios" / "toy_unit.yaml"          # static and orca, 16 requests at t=0, 4 slots

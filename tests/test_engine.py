@@ -65,7 +65,7 @@ def test_two_replicas_serve_twice_as_fast_round_robin():
 def test_an_error_raised_after_the_last_finish_is_not_lost():
     # The serve loop logs a decode run after telling the engine of its finishes: an error there
     # (a result writer that failed, say) must reach the caller even though every request is done.
-    from simulator.engine import Simulation
+    from simulator.engine.simulation import Simulation
     from simulator.metrics.step_log import StepLog
     from simulator.runner import make_requests
 
@@ -83,13 +83,13 @@ def test_an_error_raised_after_the_last_finish_is_not_lost():
     assert sim.num_finished == 2   # raised after the last finish, not before
 
 
-@pytest.mark.parametrize("pull", [True, False])
-def test_a_run_with_requests_left_and_nothing_to_happen_stops_with_a_diagnosis(pull):
-    # A scheduler that loses the requests it is given: the serve loop idles with no arrival left.
-    # On SingleProcessClock (pulled arrivals) as on SimPy, the run stops instead of spinning.
-    from simulator.engine import Simulation
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_a_run_with_requests_left_and_nothing_to_happen_stops_with_a_diagnosis(fast_path):
+    # A scheduler that loses the requests it is given: the serve loop idles with no arrival left,
+    # and the run stops instead of spinning.
+    from simulator.engine.simulation import Simulation
     from simulator.metrics.step_log import StepLog
-    from simulator.progress import NoProgressError
+    from simulator.engine.progress import NoProgressError
     from simulator.runner import make_requests
 
     prepared = prepare(scenario({"kind": "inf"}, n=3))
@@ -102,7 +102,6 @@ def test_a_run_with_requests_left_and_nothing_to_happen_stops_with_a_diagnosis(p
     scheduler = Forgetful(run_.options, run_.scheduler_cls.make_kv_cache(
         run_.options, run_.num_gpu_blocks, 16), run_.context)
     sim = Simulation(make_requests(prepared.trace), [scheduler], prepared.cost_model, StepLog(),
-                     pull_arrivals=pull)
-    assert sim.pull_arrivals is pull
+                     fast_path=fast_path)
     with pytest.raises(NoProgressError, match="stopped with 3 unfinished requests and no pending event"):
         sim.run()

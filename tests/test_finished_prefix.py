@@ -6,7 +6,7 @@ import pytest
 
 from simulator.metrics.finished_prefix import FinishedPrefix
 from simulator.metrics.request_arrays import read_request_arrays
-from simulator.request import Request, RequestStatus
+from simulator.core.request import Request, RequestStatus
 
 
 def unfinished(request_id: int) -> Request:

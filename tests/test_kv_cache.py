@@ -1,8 +1,8 @@
 """Paged KV accounting (scheduler-semantics.md §2.1, §2.2)."""
 import pytest
 
-from simulator.kv_cache import KVCache
-from simulator.request import Request
+from simulator.kv.block_pool import KVCache
+from simulator.core.request import Request
 
 
 def r(i=0, prompt=100, out=10):
@@ -80,14 +80,3 @@ def test_bad_sizes_are_user_errors():
         KVCache(10, 0)
     with pytest.raises(ValueError, match="engine.num_gpu_blocks"):
         KVCache(1, 16)
-
-
-def test_grow_counts_takes_blocks_in_bulk_and_refuses_more_than_are_free():
-    kv = KVCache(11, 4)                      # 10 usable blocks (rule 2.1: block 0 is the null block)
-    a, b = Request(0, 0.0, 4, 4), Request(1, 0.0, 4, 4)
-    kv.allocate_up_to(a, 4)
-    kv.grow_counts([a, b], [2, 3])
-    assert (kv.num_blocks_of(a), kv.num_blocks_of(b), kv.num_free_blocks) == (3, 3, 4)
-    with pytest.raises(AssertionError, match="5 blocks asked, 4 free"):
-        kv.grow_counts([a], [5])
-    kv.check_invariants()

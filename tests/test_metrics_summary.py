@@ -10,7 +10,7 @@ import pytest
 
 from simulator.metrics import StepLog, latencies_s, percentile_key, summarize
 from simulator.metrics import summary as summary_module
-from simulator.request import Request, RequestStatus
+from simulator.core.request import Request, RequestStatus
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 

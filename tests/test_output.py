@@ -14,7 +14,7 @@ import pytest
 from simulator import output, parallel_write, streaming_write
 from simulator.metrics import STEP_COLUMNS, StepLog, summarize
 from simulator.output import REQUEST_COLUMNS, summary_json, write_results
-from simulator.request import Request, RequestStatus
+from simulator.core.request import Request, RequestStatus
 
 
 def make_run():

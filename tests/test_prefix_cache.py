@@ -1,6 +1,6 @@
 """Prefix caching as vLLM V1 does it (scheduler-semantics.md §2.2, §2.4, traps 7 and 8)."""
-from simulator.prefix_cache import PrefixCachingKVCache
-from simulator.request import Request, RequestStatus
+from simulator.kv.prefix_cache import PrefixCachingKVCache
+from simulator.core.request import Request, RequestStatus
 from tests.sched_helpers import Driver, make_scheduler
 
 
@@ -110,7 +110,7 @@ def _same_results_with_and_without_counting(scenario: dict):
     import pytest
     from simulator.runner import prepare, simulate
     from simulator.scenario import validate_scenario
-    from tests.test_fast_forward import fingerprint
+    from tests.test_fast_paths import fingerprint
     prepared = prepare(validate_scenario(scenario))
     counted = simulate(prepared, prepared.runs[0])
     with pytest.MonkeyPatch.context() as patch:
@@ -121,13 +121,13 @@ def _same_results_with_and_without_counting(scenario: dict):
 
 
 def test_counting_blocks_until_identities_matter_changes_no_result():
-    from tests.test_fast_forward import prefix_cache_scenario, random_scenario
+    from tests.test_fast_paths import PRESETS, prefix_cache_scenario, random_scenario
     preempted = 0
     for seed in range(12):
         # token ids (identities from the first allocation) ...
         _same_results_with_and_without_counting(prefix_cache_scenario(seed))
         # ... and synthetic prompts on a small cache (identities from the first preemption, if any)
-        scenario = random_scenario(seed * 11)          # vllm_v1 with prefix caching, its default
+        scenario = random_scenario(seed * len(PRESETS))   # vllm_v1 with prefix caching, its default
         assert scenario["schedulers"][0]["preset"] == "vllm_v1"
         out = _same_results_with_and_without_counting(scenario)
         preempted += out.summary["num_preemptions"]

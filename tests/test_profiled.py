@@ -125,11 +125,11 @@ def test_unequal_decode_contexts_add_alpha_of_the_gap_to_the_longest():
     assert model.step_time_s(mixed) > model.step_time_s(BatchShape.of([512] + [1] * 8, [0] + [1000] * 8))
 
 
-def test_decode_fast_path_prices_skew_like_the_shape_path():
+def test_a_decode_run_prices_skew_like_the_shape_path():
     model = _skewed_model()
     ctx = [300, 900, 2000, 4100]
     shape_s = model.step_time_s(BatchShape.of([1] * 4, ctx))
-    assert model.decode_step_time_s(4, sum(ctx), max(ctx)) == shape_s
+    assert model.decode_steps_time_s(4, sum(ctx), max(ctx), 1) == [shape_s]
 
 
 def test_shape_outside_fitted_range_warns_once_per_model_naming_the_shape():

@@ -5,7 +5,7 @@ with chunking off, V1 with the priority policy, V1 with the older admission), th
 (block size, max_model_len, max_num_seqs, token budget, all respecting the startup checks of
 rule 1.2 [CFG]), a KV cache from tight (exactly what the longest request needs under the policy)
 to roomy, and up to 12 requests with random gaps, lengths and priorities. ``Probe`` wraps the
-scheduler's ``schedule``/``on_step_end``/``preempt`` and checks every step; the run's end is
+scheduler's ``schedule``/``update_from_output``/``preempt`` and checks every step; the run's end is
 checked against per-request expectations. Every probed (step-by-step) run is also run on the
 engine's default path (decode fast-forward on) and must match it exactly. A second property goes
 through scenario dicts (validate_scenario + prepare + simulate): too small a KV cache is refused
@@ -31,16 +31,16 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cost_models.unit import UnitCostModel
-from simulator.engine import Simulation
-from simulator.kv_cache import KVCache
+from simulator.engine.simulation import Simulation
+from simulator.kv.block_pool import KVCache
 from simulator.metrics.step_log import StepLog
 from simulator.metrics.summary import latencies_s
-from simulator.progress import NoProgressError
-from simulator.request import Request, RequestStatus
+from simulator.engine.progress import NoProgressError
+from simulator.core.request import Request, RequestStatus
 from simulator.runner import prepare, simulate
 from simulator.scenario import ScenarioError, validate_scenario
-from simulator.schedulers.base import SchedulerContext
-from simulator.schedulers.registry import get_preset
+from simulator.policies.base import SchedulerContext
+from simulator.policies.registry import get_preset
 
 # Deterministic in CI: a fixed derivation of the seed, no example database.
 PROPERTY = settings(derandomize=True, database=None, deadline=None, max_examples=25,
@@ -135,10 +135,10 @@ class Probe:
         self.rows: list[tuple[int, int, int]] = []      # (tokens, seqs, preemptions) per executed step
         self.finishes: Counter[int] = Counter()
         self.start_c: dict[Request, int] = {}
-        self._schedule, self._on_step_end, self._preempt = (
-            scheduler.schedule, scheduler.on_step_end, scheduler.preempt)
-        scheduler.schedule, scheduler.on_step_end, scheduler.preempt = (
-            self.schedule, self.on_step_end, self.preempt)
+        self._schedule, self._update_from_output, self._preempt = (
+            scheduler.schedule, scheduler.update_from_output, scheduler.preempt)
+        scheduler.schedule, scheduler.update_from_output, scheduler.preempt = (
+            self.schedule, self.update_from_output, self.preempt)
 
     def check_pool(self) -> None:
         kv, running = self.s.kv, self.s.running
@@ -162,7 +162,7 @@ class Probe:
             # counting async placeholders for tokens still in flight (§1.6).
             assert context + n == r.num_computed_tokens <= r.num_tokens + r.num_output_placeholders
             # Slots for C + n (rule 2.2 step 1, trap 2), capped at max_model_len.
-            assert self.s.kv.num_token_slots_of(r) >= min(r.num_computed_tokens, self.case.max_model_len)
+            assert self.s.kv.num_blocks_of(r) * self.s.kv.block_size >= min(r.num_computed_tokens, self.case.max_model_len)
         if not batch:
             self.unlogged_preemptions += batch.num_preempted
         else:
@@ -176,8 +176,8 @@ class Probe:
         self.lost_tokens += self.start_c[victim]
         self._preempt(victim)
 
-    def on_step_end(self, batch, now_s: float):
-        finished = self._on_step_end(batch, now_s)
+    def update_from_output(self, batch, now_s: float):
+        finished = self._update_from_output(batch, now_s)
         for r in finished:
             self.finishes[r.request_id] += 1
             assert self.s.kv.num_blocks_of(r) == 0 and r not in self.s.running
@@ -194,7 +194,7 @@ def _simulate(case: Case, probed: bool):
     step_log = StepLog()
     cost = UnitCostModel(case.step_time_s, case.prefill_step_time_s)
     # The probe must see every step, so no decode fast-forward; the unprobed run uses the default.
-    sim_options = {"fast_forward": False} if probed else {}
+    sim_options = {"fast_path": False} if probed else {}
     Simulation(requests, [scheduler], cost, step_log, **sim_options).run()
     return scheduler, probe, requests, step_log.to_columns()
 
@@ -386,7 +386,7 @@ def test_prepare_refuses_too_small_kv_and_every_accepted_run_is_reproducible(
     first = _outcome(raw)
     assert all(r[5] is not None for r in first[0])          # every request finished
     assert _outcome(raw) == first                            # same seed, same bytes
-    assert _outcome(raw, fast_forward=False) == first        # the fast path changes nothing
+    assert _outcome(raw, fast_path=False) == first        # the fast path changes nothing
 
 
 @pytest.mark.parametrize("preset", ["vllm_v0", "sarathi"])

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from simulator.scenario import (Scenario, ScenarioError, _options_adapter, _resolve_paths,
                                 _scenario_model, validate_scenario)
 from simulator.scenario_file import apply_overrides, read_raw_scenario
-from simulator.schedulers.registry import get_preset, preset_names
+from simulator.policies.registry import get_preset, preset_names
 from simulator.strict_fields import Unsure, build
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.request import RequestStatus
+from simulator.core.request import RequestStatus
 from simulator.run_command import run_scenario_file
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -38,7 +38,7 @@ def test_static_hf_variant_pads_rows_and_returns_at_batch_end():
     batch = d.s.schedule(d.now)
     assert batch.num_padding_rows == 1 and batch.shape().num_seqs == 2
     d.now = 2.0
-    d.s.on_step_end(batch, d.now)
+    d.s.update_from_output(batch, d.now)
     d.step()
     assert b.first_token_s == b.finish_s == 3.0 and a.first_token_s == 3.0
 

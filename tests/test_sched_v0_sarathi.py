@@ -1,7 +1,7 @@
 """vLLM V0 (semantics §3) and Sarathi-Serve (§4) against hand-worked steps."""
 import pytest
 
-from simulator.schedulers.base import SchedulerError
+from simulator.policies.base import SchedulerError
 from tests.sched_helpers import Driver, make_scheduler, req
 
 
@@ -48,7 +48,7 @@ def test_v0_preempts_the_running_tail_by_recompute():
     for _ in range(4):
         d.step()                                   # decode to C=8: 2 blocks each
     assert d.step() == {0: 1}                      # A needs a 3rd block: B (tail) preempted
-    assert (b.num_preemptions, b.num_output_tokens, d.s.waiting[0]) == (1, 5, b)
+    assert (b.num_preemptions, b.num_output_tokens, d.s.waiting.peek()) == (1, 5, b)
 
 
 def test_v0_budget_must_cover_max_model_len_with_chunking_off():
@@ -108,7 +108,7 @@ def test_sarathi_preempts_latest_arrival():
     for _ in range(4):
         d.step()
     assert d.step() == {0: 1}
-    assert b.num_preemptions == 1 and d.s.waiting[0] is b
+    assert b.num_preemptions == 1 and d.s.waiting.peek() is b
 
 
 def test_v0_with_chunked_prefill_uses_sarathi_rules():

@@ -1,7 +1,7 @@
 """vLLM V1 scheduler against hand-worked steps (scheduler-semantics.md §1, §2)."""
 import pytest
 
-from simulator.schedulers.base import SchedulerError
+from simulator.policies.base import SchedulerError
 from tests.sched_helpers import Driver, make_scheduler, req
 
 
@@ -81,7 +81,7 @@ def test_fcfs_preempts_the_running_tail_and_keeps_outputs():
     assert d.s.kv.num_free_blocks == 0
     assert d.step() == {0: 1}                      # A needs a 3rd block: B is the tail victim
     assert (b.num_preemptions, b.num_computed_tokens, b.num_output_tokens) == (1, 0, 5)
-    assert d.s.waiting[0] is b and d.s.num_preemptions == 1
+    assert d.s.waiting.peek() is b and d.s.num_preemptions == 1
     # Full-ISL gate (rule 2.3): B's 9 tokens need 3 blocks; it waits until A finishes.
     while not a.is_finished:
         assert 1 not in d.step()
@@ -107,7 +107,7 @@ def test_the_requester_can_preempt_itself():
     for _ in range(3):
         d2.step()                                  # up to C=8
     assert d2.step() == {}                         # needs a 3rd block: preempts itself
-    assert solo.num_preemptions == 1 and d2.s.waiting[0] is solo
+    assert solo.num_preemptions == 1 and d2.s.waiting.peek() is solo
 
 
 def test_priority_victim_is_rolled_back_if_already_scheduled():
@@ -143,17 +143,17 @@ def test_kv_usage_is_a_fraction_of_the_usable_pool():
 
 def test_priority_waiting_queue_is_a_heap_on_priority_then_arrival():
     # Rule 1.4: (priority, arrival_time) min-heap; a request put back is just pushed.
-    from simulator.schedulers.request_queue import PriorityRequestQueue
-    q = PriorityRequestQueue()
+    from simulator.policies.queues import PriorityQueue
+    q = PriorityQueue()
     late_urgent, early, early_urgent = req(0, 4, 1, arrival_s=2.0, priority=0), \
         req(1, 4, 1, arrival_s=0.0, priority=1), req(2, 4, 1, arrival_s=1.0, priority=0)
     for r in (late_urgent, early, early_urgent):
-        q.append(r)
-    assert q[0] is early_urgent
-    assert [q.popleft().request_id for _ in range(3)] == [2, 0, 1]
-    q.append(early)
-    q.appendleft(early_urgent)            # "prepend" after a preemption
-    assert q[0] is early_urgent and len(q) == 2
+        q.push(r)
+    assert q.peek() is early_urgent
+    assert [q.pop().request_id for _ in range(3)] == [2, 0, 1]
+    q.push(early)
+    q.push_preempted(early_urgent)            # "prepend" after a preemption
+    assert q.peek() is early_urgent and len(q) == 2
 
 
 def test_priority_policy_is_refused_where_it_is_not_modelled():

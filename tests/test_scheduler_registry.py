@@ -3,7 +3,7 @@ import pytest
 
 from simulator.runner import prepare, simulate
 from simulator.scenario import ScenarioError, validate_scenario
-from simulator.schedulers.registry import get_preset, preset_names
+from simulator.policies.registry import get_preset, preset_names
 
 
 def test_builtin_presets_and_alias():

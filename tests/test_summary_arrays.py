@@ -13,7 +13,7 @@ from simulator.metrics import summary as summary_module
 from simulator.metrics.request_arrays import (COUNTS, TIMES, FinishedRequests,
                                               read_request_arrays, request_arrays)
 from simulator.output import write_results
-from simulator.request import Request, RequestStatus
+from simulator.core.request import Request, RequestStatus
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 
 from cost_models.unit import UnitCostModel
-from simulator.engine import Simulation
-from simulator.kv_cache import KVCache
+from simulator.engine.simulation import Simulation
+from simulator.kv.block_pool import KVCache
 from simulator.metrics.step_log import StepLog
-from simulator.request import Request
+from simulator.core.request import Request
 from simulator.runner import prepare, simulate
 from simulator.scenario import validate_scenario
-from simulator.schedulers.base import SchedulerContext
-from simulator.schedulers.registry import get_preset
+from simulator.policies.base import SchedulerContext
+from simulator.policies.registry import get_preset
 from simulator.workload.arrivals import PoissonArrivals
 
 STEP_TIME_S = 0.5          # D: not 1, so that no arrival gap is a whole number of steps by design

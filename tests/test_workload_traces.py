@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from simulator.request import Request
+from simulator.core.request import Request
 from simulator.workload import (ConstantArrivals, InfArrivals, PoissonArrivals, PriorityChoice,
                                 TraceArrivals, UniformLength, VllmRandomLengths, WorkloadSpec, WorkloadTrace,
                                 generate_workload)

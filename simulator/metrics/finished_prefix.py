@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from simulator.metrics.request_arrays import COUNTS, TIMES, read_request_arrays
-from simulator.request import Request
+from simulator.core.request import Request
 
 _finish_s = attrgetter("finish_s")
 

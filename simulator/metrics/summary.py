@@ -30,7 +30,7 @@ from simulator.metrics.quantiles import median, percentile
 from simulator.metrics.request_arrays import request_arrays
 from simulator.metrics.step_log import StepLog
 from simulator.metrics.timeseries import EngineSeries
-from simulator.request import Request
+from simulator.core.request import Request
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 

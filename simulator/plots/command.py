@@ -36,7 +36,7 @@ def timeline(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ..
     """Simulate SCENARIO_FILE recording every step's batch slots; draw them per scheduler."""
     from simulator.plots.timeline import TIMELINE_CSV, timelines_of, write_timeline_csv
     from simulator.plots.timeline_plot import plot_batch_timelines
-    from simulator.progress import NoProgressError
+    from simulator.engine.progress import NoProgressError
     from simulator.runner import prepare
     from simulator.scenario import ScenarioError, load_scenario
     from simulator.cli_common import fail

@@ -16,11 +16,11 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from simulator.engine import Simulation
-from simulator.kv_cache import KVCache
+from simulator.engine.simulation import Simulation
+from simulator.kv.block_pool import KVCache
 from simulator.metrics.step_log import StepLog
 from simulator.output import atomic_write
-from simulator.request import RequestStatus
+from simulator.core.request import RequestStatus
 from simulator.runner import make_requests
 
 TIMELINE_CSV = "timeline.csv"

@@ -33,7 +33,7 @@ class SweepOutcome:
 
 def simulate_summary(prepared, run_index: int) -> dict:
     """One task: one scheduler on one prepared workload -> its summary (or why it failed)."""
-    from simulator.progress import NoProgressError
+    from simulator.engine.progress import NoProgressError
     try:
         return simulate(prepared, prepared.runs[run_index]).summary
     except NoProgressError as exc:   # a livelocked point is a result, not a crash of the sweep

@@ -50,7 +50,7 @@ def validate(run, bench_json, iteration_log, engine_args, cost_model, hardware, 
              overrides,
              out_dir, no_plots):
     """Compare servesim with a measured vLLM RUN (an LLMServingSim run folder or a bench JSON)."""
-    from simulator.progress import NoProgressError
+    from simulator.engine.progress import NoProgressError
     from simulator.scenario import ScenarioError
     from simulator.validate.compare import format_table
     from simulator.validate.pipeline import VALIDATION_JSON, ValidateRequest, run_validation

@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from simulator.metrics.summary import latencies_s
-from simulator.request import Request
+from simulator.core.request import Request
 from simulator.validate.measured import MeasuredRun
 
 STATISTICS = (("mean", None), ("median", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))

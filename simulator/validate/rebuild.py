@@ -31,7 +31,7 @@ import numpy as np
 
 from cost_models.hardware import list_hardware
 from cost_models.model_spec import load_model
-from simulator.schedulers.vllm_v1 import VllmV1Options
+from simulator.policies.vllm_v1 import VllmV1Options
 from simulator.validate.measured import MeasuredRun
 
 TRACE_FILE = "trace.jsonl"

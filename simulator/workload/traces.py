@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from simulator.request import Request
+from simulator.core.request import Request
 from simulator.workload.lengths import invalid
 
 

@@ -1,8 +1,9 @@
 """An out-of-tree policy, loaded by `preset: tests.plugins.lifo_policy:LifoScheduler`."""
 from dataclasses import dataclass
 
-from simulator.schedulers.options import SchedulerOptions, options_config
-from simulator.schedulers.orca import OrcaScheduler
+from simulator.policies.options import SchedulerOptions, options_config
+from simulator.policies.orca import OrcaScheduler
+from simulator.policies.queues import OrderedQueue
 
 
 @options_config
@@ -11,10 +12,15 @@ class LifoOptions(SchedulerOptions):
     reserve: str = "request"
 
 
+class NewestFirstQueue(OrderedQueue):
+    @staticmethod
+    def key(request):
+        return -request.arrival_s
+
+
 class LifoScheduler(OrcaScheduler):
     """Orca's rules, but the newest waiting request is served first."""
     Options = LifoOptions
 
-    def schedule(self, now_s):
-        self.waiting = type(self.waiting)(sorted(self.waiting, key=lambda r: -r.arrival_s))
-        return super().schedule(now_s)
+    def make_waiting_queue(self):
+        return NewestFirstQueue()

@@ -1,12 +1,14 @@
-"""Paged KV cache: block accounting per semantics doc section 2 (vLLM V1 block pool).
+"""Paged KV cache: block accounting per semantics §2 (vLLM V1 block pool).
 
 Blocks are counted, not materialised: a request holds ``ceil(tokens / block_size)`` blocks and the
 pool tracks how many are free. Prefix caching needs block identities and hashes; it plugs in by
-overriding ``lookup_prefix`` (admission-time hits) and ``free`` (keep hashed blocks evictable).
+overriding ``lookup_prefix`` (admission-time hits), ``allocate`` and ``free``
+(simulator/kv/prefix_cache.py).
 """
 from __future__ import annotations
 
-from simulator.request import Request
+from simulator.core import rules
+from simulator.core.request import Request
 
 
 class KVCache:
@@ -22,10 +24,9 @@ class KVCache:
         self._num_blocks: dict[Request, int] = {}
         self.num_queries_tokens = 0   # vllm:prefix_cache_queries (tokens)
         self.num_hit_tokens = 0       # vllm:prefix_cache_hits (tokens)
-        # A decode cohort that takes its members' blocks as counts, per step, and credits each
-        # member its share only when it leaves (DecodeCohort): settled before blocks get
-        # identities (PrefixCachingKVCache), since identities are given to held blocks.
-        self.deferred_blocks = None
+        # Who took blocks as counts not yet credited to their requests (take_counted): a decode
+        # cohort. It is asked to credit them (credit_counted_blocks) before blocks get identities.
+        self.counted_holder = None
 
     @property
     def counts_only(self) -> bool:
@@ -39,12 +40,15 @@ class KVCache:
     def num_blocks_of(self, request: Request) -> int:
         return self._num_blocks.get(request, 0)
 
-    def num_token_slots_of(self, request: Request) -> int:
-        return self._num_blocks.get(request, 0) * self.block_size
-
     def blocks_needed(self, request: Request, total_tokens: int) -> int:
         """Extra blocks the request needs to hold ``total_tokens`` tokens of KV."""
         return max(0, self.blocks_for(total_tokens) - self._num_blocks.get(request, 0))
+
+    def blocks_for_step(self, request: Request, num_new_tokens: int,
+                        max_model_len: int | None = None) -> int:
+        """Extra blocks the request needs to compute ``num_new_tokens`` more (rule 2.2)."""
+        return self.blocks_needed(request, rules.kv_tokens_needed(
+            request.num_computed_tokens, num_new_tokens, 0, max_model_len))
 
     def can_fit(self, request: Request, total_tokens: int, headroom_blocks: int = 0) -> bool:
         return self.blocks_needed(request, total_tokens) + headroom_blocks <= self.num_free_blocks
@@ -72,20 +76,10 @@ class KVCache:
 
     def allocate(self, request: Request, num_new_tokens: int, max_model_len: int | None = None,
                  headroom_blocks: int = 0, num_hit_tokens: int = 0) -> bool:
-        """Slots for ``num_computed_tokens + hits + num_new_tokens`` tokens (rule 2.2, step 1)."""
-        total = request.num_computed_tokens + num_hit_tokens + num_new_tokens
-        if max_model_len is not None and total > max_model_len:
-            total = max_model_len
-        # Inlined allocate_up_to: this runs for every scheduled request of every step.
-        held = self._num_blocks.get(request, 0)
-        need = -(-total // self.block_size) - held
-        if need <= 0:
-            return True
-        if need + headroom_blocks > self.num_free_blocks:
-            return False
-        self.num_free_blocks -= need
-        self._num_blocks[request] = held + need
-        return True
+        """allocate_slots: blocks for the tokens rules.kv_tokens_needed names (rule 2.2)."""
+        return self.allocate_up_to(request, rules.kv_tokens_needed(
+            request.num_computed_tokens, num_new_tokens, num_hit_tokens, max_model_len),
+            headroom_blocks)
 
     def take_counted(self, num_blocks: int) -> None:
         """Blocks taken for requests whose held counts are credited later (credit_counted)."""
@@ -94,18 +88,6 @@ class KVCache:
     def credit_counted(self, request: Request, num_blocks: int) -> None:
         """A request's share of blocks taken earlier by take_counted."""
         self._num_blocks[request] = self._num_blocks.get(request, 0) + num_blocks
-
-    def grow_counts(self, requests, num_new_blocks) -> None:
-        """Count-only bulk growth (a planned multi-step advance): each request takes the given
-        number of extra blocks; the caller has checked they are free."""
-        total = sum(num_new_blocks)
-        if total > self.num_free_blocks:
-            raise AssertionError(f"grow_counts: {total} blocks asked, {self.num_free_blocks} free")
-        held = self._num_blocks
-        for request, n in zip(requests, num_new_blocks):
-            if n:
-                held[request] = held.get(request, 0) + n
-        self.num_free_blocks -= total
 
     def free(self, request: Request) -> None:
         self.num_free_blocks += self._num_blocks.pop(request, 0)

@@ -8,8 +8,8 @@ class NoProgressError(RuntimeError):
 
 def diagnose_stall(scheduler, now_s: float) -> str:
     kv = scheduler.kv
-    head = scheduler.waiting[0] if scheduler.waiting else None
-    where = f"at t={now_s:.6g}s: {len(scheduler.running)} running, {len(scheduler.waiting)} waiting"
+    head = scheduler.waiting.peek() if scheduler.waiting else None
+    where = f"at t={now_s:.6g}s: {scheduler.num_running} running, {len(scheduler.waiting)} waiting"
     if head is None:
         return f"no progress {where}: the scheduler returned an empty batch"
     need = kv.blocks_for(min(head.num_tokens, scheduler.max_model_len))
@@ -46,5 +46,5 @@ class ProgressWatchdog:
                 and self.preemptions >= self.MIN_PREEMPTIONS):
             raise NoProgressError(
                 f"livelock: {self.steps_without_token} steps without a sampled token and "
-                f"{self.preemptions} preemptions ({len(scheduler.running)} running, "
+                f"{self.preemptions} preemptions ({scheduler.num_running} running, "
                 f"{len(scheduler.waiting)} waiting, KV usage {scheduler.kv.usage:.2f})")

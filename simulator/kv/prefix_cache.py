@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from simulator.kv_cache import KVCache
-from simulator.request import Request, RequestStatus
+from simulator.core import rules
+from simulator.core.request import Request, RequestStatus
+from simulator.kv.block_pool import KVCache
 
 
 class PrefixCachingKVCache(KVCache):
@@ -92,9 +93,8 @@ class PrefixCachingKVCache(KVCache):
     # -- allocation ----------------------------------------------------------------------------
     def allocate(self, request: Request, num_new_tokens: int, max_model_len: int | None = None,
                  headroom_blocks: int = 0, num_hit_tokens: int = 0) -> bool:
-        total = request.num_computed_tokens + num_hit_tokens + num_new_tokens
-        if max_model_len is not None and total > max_model_len:
-            total = max_model_len
+        total = rules.kv_tokens_needed(request.num_computed_tokens, num_new_tokens, num_hit_tokens,
+                                       max_model_len)
         if self._counting and request.prompt_token_ids is None:
             return self._grow_counted(request, total, headroom_blocks)   # _grow's synthetic case
         return self._grow(request, total, headroom_blocks, num_hit_tokens)
@@ -144,18 +144,6 @@ class PrefixCachingKVCache(KVCache):
             self.num_free_blocks = len(self._free)
             self._num_blocks[request] = len(blocks)
         self._register_full_blocks(request, min(total, request.num_tokens))
-        return True
-
-    def append_block(self, request: Request) -> bool:
-        """One more block for a decoding cohort member (DecodeCohort.begin_step, once blocks have
-        identities: while they are counted, the cohort takes counts, KVCache.take_counted); its
-        full blocks are registered when the cohort materialises it (generated tokens hash nothing)."""
-        if not self.num_free_blocks:
-            return False
-        blocks = self._blocks[request]
-        self._take_free(blocks, 1)
-        self.num_free_blocks = len(self._free)
-        self._num_blocks[request] = len(blocks)
         return True
 
     def _take_free(self, blocks: list[int], num_new: int) -> None:
@@ -223,31 +211,17 @@ class PrefixCachingKVCache(KVCache):
     def _grow_counted(self, request: Request, total: int, headroom: int) -> bool:
         """_grow while blocks are counted: KVCache's allocation, and the count of full blocks
         _register_full_blocks would keep (no hashes: the request has no shareable block)."""
-        # KVCache.allocate_up_to, inlined: every admission and block boundary of a run with
-        # synthetic prompts passes here (calling it instead measured +2.5% instructions on the
-        # 20k-request vllm_v1 bench run).
-        held_counts, bs = self._num_blocks, self.block_size
-        held = held_counts.get(request, 0)
-        need = -(-total // bs) - held
-        if need > 0:
-            if need + headroom > self.num_free_blocks:
-                return False
-            self.num_free_blocks -= need
-            held += need
-            held_counts[request] = held
-        # min(min(total, tokens) // bs, held), written out like the allocation above
-        num_tokens = request.num_prompt_tokens + request.num_output_tokens
-        full = (total if total < num_tokens else num_tokens) // bs
-        if full > held:
-            full = held
+        if not KVCache.allocate_up_to(self, request, total, headroom):
+            return False
+        full = min(min(total, request.num_tokens) // self.block_size, self._num_blocks.get(request, 0))
         if full > self._registered.get(request, 0):
             self._registered[request] = full
         return True
 
     def _assign_ids(self) -> None:
         """Give counted blocks identities: each request's held blocks, then the free queue."""
-        if self.deferred_blocks is not None:
-            self.deferred_blocks.settle_blocks()   # every holder's count, before ids are handed out
+        if self.counted_holder is not None:
+            self.counted_holder.credit_counted_blocks()   # every holder's count, before ids are handed out
         n, next_id = self.num_total_blocks, 0
         self._blocks = {}
         for request, count in self._num_blocks.items():

@@ -1,23 +1,22 @@
 """Scheduler presets: a name maps to a policy class and the option defaults of that preset.
 
-A new policy is one module with a class decorated by ``@register_scheduler("name")`` and a line in
-``BUILTIN_MODULES``. Out-of-tree policies are named ``package.module:Class`` in the scenario and
-loaded on demand. A lookup imports only the module of the preset asked for (start-up time counts);
-listing the presets imports them all.
+A new policy is one module in this package with a class decorated by
+``@register_scheduler("name")``: the first lookup imports every module here, so the decorator
+is all it takes. Out-of-tree policies are named ``package.module:Class`` in the scenario and
+loaded on demand.
 """
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Any
 
 _PRESETS: dict[str, "Preset"] = {}
-# Each built-in preset name and alias -> its module under simulator/schedulers/.
-BUILTIN_MODULES = {"static": "static", "faster_transformer": "static", "orca": "orca",
-                   "vllm_v0": "vllm_v0", "sarathi": "sarathi", "vllm_v1": "vllm_v1"}
+_loaded = False
 
 
-@dataclass(frozen=True, eq=False)   # one per name: compared by identity (runner.PreparedRun)
+@dataclass(frozen=True, eq=False)   # one per name
 class Preset:
     """A registered name: its policy class, the option defaults it sets, and one line about it."""
 
@@ -37,8 +36,12 @@ def register_scheduler(name: str, *, aliases: tuple[str, ...] = (), defaults: di
 
 
 def _load_builtins() -> None:
-    for module in sorted(set(BUILTIN_MODULES.values())):
-        importlib.import_module(f"simulator.schedulers.{module}")
+    global _loaded
+    if not _loaded:
+        package = importlib.import_module("simulator.policies")
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"simulator.policies.{module.name}")
+        _loaded = True
 
 
 def preset_names() -> list[str]:
@@ -48,8 +51,7 @@ def preset_names() -> list[str]:
 
 def get_preset(name: str) -> Preset:
     """A registered preset, or an out-of-tree ``package.module:Class``."""
-    if name not in _PRESETS and name in BUILTIN_MODULES:
-        importlib.import_module(f"simulator.schedulers.{BUILTIN_MODULES[name]}")
+    _load_builtins()
     if name in _PRESETS:
         return _PRESETS[name]
     if ":" in name:

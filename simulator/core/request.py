@@ -25,6 +25,7 @@ class Request:
     num_output_tokens: int = 0
     num_output_placeholders: int = 0  # async scheduling: tokens in flight, not yet sampled
     status: RequestStatus = RequestStatus.WAITING
+    running_seq: int = 0                  # order of (re-)entry into the running list
     num_preemptions: int = 0
     scheduled_s: float | None = None      # first admission (queueing ends)
     first_token_s: float | None = None
@@ -63,17 +64,26 @@ class Request:
 
     def record_token(self, now_s: float) -> None:
         """One output token sampled at ``now_s`` (the end of the step that produced it)."""
+        self.record_tokens(1, now_s, now_s, 0.0, 0.0, ())
+
+    def record_tokens(self, count: int, first_s: float, last_s: float, later_sq_sum_s2: float,
+                      later_max_s: float, later_gaps_s) -> None:
+        """``count`` output tokens, one per step end, the first at ``first_s`` and the last at
+        ``last_s``: a token's time is the end of the step that samples it, and an inter-token
+        gap is the time since the request's previous token. ``later_*``: the gaps between the
+        ``count`` tokens themselves (their sum of squares, largest, and the gaps, read only when
+        this request keeps them), which a decode cohort has summed for all its members."""
         if self.first_token_s is None:
-            self.first_token_s = now_s
+            self.first_token_s = first_s
         else:
-            gap = now_s - self.last_token_s
-            self.itl_sq_sum_s2 += gap * gap
-            if gap > self.max_itl_s:
-                self.max_itl_s = gap
+            gap = first_s - self.last_token_s
+            self.itl_sq_sum_s2 += gap * gap + later_sq_sum_s2
+            self.max_itl_s = max(self.max_itl_s, gap, later_max_s)
             if self.itl_gaps_s is not None:
                 self.itl_gaps_s.append(gap)
-        self.last_token_s = now_s
-        self.num_output_tokens += 1
+                self.itl_gaps_s.extend(later_gaps_s)
+        self.last_token_s = last_s
+        self.num_output_tokens += count
 
     def reset_for_recompute(self) -> None:
         """Recompute preemption: KV is dropped, outputs are kept and re-prefilled on resume."""

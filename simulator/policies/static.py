@@ -4,12 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.batch import Batch
-from simulator.request import Request
-from simulator.schedulers.base import Scheduler
-from simulator.schedulers.options import (NonNegativeFloat, PositiveInt, SchedulerOptions,
-                                          options_config)
-from simulator.schedulers.registry import register_scheduler
+from simulator.core.batch import Batch
+from simulator.core.request import Request
+from simulator.policies.base import Scheduler
+from simulator.policies.options import (NonNegativeFloat, PositiveInt, SchedulerOptions,
+                                        options_config)
+from simulator.policies.registry import register_scheduler
 
 
 @options_config
@@ -28,7 +28,6 @@ class StaticOptions(SchedulerOptions):
 class StaticScheduler(Scheduler):
     family = "static"
     Options = StaticOptions
-    cohort_leads_running = False   # every member advances each step
 
     def __init__(self, options, kv_cache, context):
         super().__init__(options, kv_cache, context)
@@ -42,7 +41,7 @@ class StaticScheduler(Scheduler):
         return self.kv.blocks_for(self.max_model_len)
 
     def admission_blocked(self) -> bool:
-        return bool(self.running)  # no refill while a batch is in flight
+        return self.num_running > 0  # no refill while a batch is in flight
 
     def finish_can_admit(self) -> bool:
         return False   # no refill until the batch is done, and its last finish ends any run
@@ -51,7 +50,8 @@ class StaticScheduler(Scheduler):
     def decode_runs_through_finishes(self) -> bool:
         return self.options.variant == "ft"   # hf: a finish changes the padded rows
 
-    def keeps_cohort(self) -> bool:
+    @property
+    def may_hold_decoders(self) -> bool:
         return self.options.variant == "ft"   # hf: outputs and padding follow the whole batch
 
     @property
@@ -64,14 +64,14 @@ class StaticScheduler(Scheduler):
 
     def next_wakeup_s(self, now_s: float) -> float | None:
         """When an idle engine should look again although nothing arrives (the max_wait timer)."""
-        if self.running or not self.waiting or len(self.waiting) >= self.max_batch_size:
+        if self.num_running or not self.waiting or len(self.waiting) >= self.max_batch_size:
             return None
-        return self.waiting[0].arrival_s + self.options.max_wait_s
+        return self.waiting.peek().arrival_s + self.options.max_wait_s
 
-    def schedule(self, now_s: float) -> Batch:
-        if not self.running and not self._form_batch(now_s):
-            return Batch()
-        batch = Batch()
+    def schedule(self, now_s: float, batch: Batch | None = None) -> Batch:
+        batch = Batch() if batch is None else batch
+        if not self.num_running and not self._form_batch(now_s):
+            return batch
         self.schedule_every_running(batch)
         batch.num_padding_rows = self.num_padding_rows
         return batch
@@ -81,18 +81,18 @@ class StaticScheduler(Scheduler):
         if wake is not None and now_s < wake:
             return False  # still waiting for a fuller batch
         self.batch_members = []
-        while self.waiting and len(self.running) < self.max_batch_size:
-            request = self.waiting[0]
+        while self.waiting and self.num_running < self.max_batch_size:
+            request = self.waiting.peek()
             if not self.kv.allocate_up_to(request, self.max_model_len):
                 break  # each member reserves a whole context
-            self.waiting.popleft()
+            self.waiting.pop()
             self.admit(request, now_s)
             self.batch_members.append(request)
-        return bool(self.running)
+        return self.num_running > 0
 
     def finish(self, finished: list[Request], now_s: float) -> None:
         super().finish(finished, now_s)
-        if self.options.variant == "hf" and not self.running:
+        if self.options.variant == "hf" and not self.num_running:
             for request in self.batch_members:  # non-streaming: everything returns at batch end
                 request.first_token_s = request.last_token_s = request.finish_s = now_s
                 request.itl_sq_sum_s2 = request.max_itl_s = 0.0

@@ -4,11 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from simulator.batch import Batch
-from simulator.request import Request
-from simulator.schedulers.base import Scheduler
-from simulator.schedulers.options import SchedulerOptions, options_config
-from simulator.schedulers.registry import register_scheduler
+from simulator.core import rules
+from simulator.core.batch import Batch
+from simulator.core.request import Request
+from simulator.policies.base import Scheduler
+from simulator.policies.options import SchedulerOptions, options_config
+from simulator.policies.registry import register_scheduler
 
 
 @options_config
@@ -24,7 +25,6 @@ class OrcaOptions(SchedulerOptions):
 class OrcaScheduler(Scheduler):
     family = "continuous"
     Options = OrcaOptions
-    cohort_leads_running = False   # every running request advances each iteration
 
     def reserved_tokens(self, request: Request) -> int:
         if self.options.reserve == "request":
@@ -36,24 +36,23 @@ class OrcaScheduler(Scheduler):
 
     def admission_blocked(self) -> bool:
         # Reservations are taken at admission, so decoding never changes the free blocks.
-        return (not self.waiting or len(self.running) >= self.options.max_num_seqs
-                or not self.kv.can_fit(self.waiting[0], self.reserved_tokens(self.waiting[0])))
+        if not self.waiting or self.num_running >= self.options.max_num_seqs:
+            return True
+        head = self.waiting.peek()
+        return not self.kv.can_fit(head, self.reserved_tokens(head))
 
-    def keeps_cohort(self) -> bool:
-        return True
-
-    def schedule(self, now_s: float) -> Batch:
-        batch = Batch()
+    def schedule(self, now_s: float, batch: Batch | None = None) -> Batch:
+        batch = Batch() if batch is None else batch
         self.schedule_every_running(batch)   # every in-flight request advances one iteration
         self._select_new(batch, now_s)
         return batch
 
     def _select_new(self, batch: Batch, now_s: float) -> None:
         """Alg. 1 Select: arrival order, up to max_bs, break when the reservation does not fit."""
-        while self.waiting and len(self.running) < self.options.max_num_seqs:
-            request = self.waiting[0]
+        while self.waiting and self.num_running < self.options.max_num_seqs:
+            request = self.waiting.peek()
             if not self.kv.allocate_up_to(request, self.reserved_tokens(request)):
                 break
-            self.waiting.popleft()
+            self.waiting.pop()
             self.admit(request, now_s)
-            self.schedule_tokens(batch, request, request.num_tokens)  # whole prompt, no chunking
+            batch.add(request, rules.tokens_wanted(request))  # the whole prompt, no chunking

@@ -1,0 +1,249 @@
+"""The event loop, on SimPy: one arrivals process and one serve loop per replica.
+
+Only arrivals and step boundaries are events (never one per token). A step is four calls: the
+serve loop asks its stepper for a batch, asks the cost model how long that forward pass takes,
+sleeps that long, then lets the stepper account the step; the stepper is the policy itself, or
+the decode cohort that drives it (simulator/fastpath/cohort.py), which may also carry out a run
+of decode steps as one sleep.
+
+Equal times: SimPy processes events due at the same time in the order they were scheduled. An
+arrival's wake-up is scheduled when the previous arrival was processed, a step's end when the step
+started: so an arrival exactly at a step's end is seen by the next step when it was scheduled
+first, and a run of decode steps stops before any step that would start at or after the next
+arrival, which leaves every such tie to SimPy as the steps one by one would.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import simpy
+
+from cost_models.base import StepCostModel
+from simulator.core.batch import Batch
+from simulator.core.request import Request
+from simulator.engine.progress import NoProgressError, ProgressWatchdog, diagnose_stall
+from simulator.fastpath.cohort import DecodeCohort
+from simulator.policies.base import Scheduler
+
+
+@dataclass(eq=False)
+class Replica:
+    index: int
+    scheduler: Scheduler
+    stepper: object = None               # the scheduler, or a DecodeCohort driving it
+    wakeup: simpy.Event | None = None    # set while the replica idles, fired by an arrival
+
+    def notify(self) -> None:
+        if self.wakeup is not None and not self.wakeup.triggered:
+            self.wakeup.succeed()
+
+
+@dataclass(eq=False)
+class SimulationResult:
+    requests: list[Request]
+    step_log: object
+    replicas: list[Replica]
+    start_s: float
+    end_s: float
+    num_preemptions: int = 0
+    extras: dict = field(default_factory=dict)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+class Simulation:
+    def __init__(self, requests: list[Request], schedulers: list[Scheduler],
+                 cost_model: StepCostModel, step_log, *, max_concurrency: int | None = None,
+                 router: str = "round_robin", on_step: Callable | None = None,
+                 fast_path: bool = True):
+        self.env = simpy.Environment()
+        self.pending = requests  # sorted by intended arrival time
+        self.cost_model = cost_model
+        self.step_log = step_log
+        self.max_concurrency = max_concurrency
+        self.router = router
+        self.on_step = on_step   # (replica, batch, shape) after each step: per-request views
+        self.replicas = [Replica(i, s, self._stepper(s, fast_path)) for i, s in enumerate(schedulers)]
+        # Runs of decode steps need the next arrival known to one replica: a lone one.
+        self.decode_runs = len(self.replicas) == 1
+        self.num_in_flight = 0
+        self.num_finished = 0
+        self.slot_freed: simpy.Event | None = None
+        self.last_finish_s = 0.0
+        self.next_arrival_s = requests[0].arrival_s if requests else math.inf
+        self._rr = 0
+
+    def _stepper(self, scheduler: Scheduler, fast_path: bool):
+        """The decode cohort where it may hold the policy's steady decoders, else the policy."""
+        if fast_path and self.on_step is None and scheduler.may_hold_decoders:
+            return DecodeCohort(scheduler, self.cost_model)
+        return scheduler
+
+    # -- processes -------------------------------------------------------------------------------
+    def arrivals(self):
+        env = self.env
+        for request in self.pending:
+            now_s = env.now
+            if request.arrival_s > now_s:
+                delay = request.arrival_s - now_s
+                self.next_arrival_s = now_s + delay   # the clock SimPy wakes this process at
+                yield env.timeout(delay)
+                now_s = env.now
+            while self.max_concurrency is not None and self.num_in_flight >= self.max_concurrency:
+                self.next_arrival_s = math.inf   # until a request finishes
+                self.slot_freed = env.event()
+                yield self.slot_freed  # vLLM bench: the semaphore is taken before `start`
+                now_s = env.now
+            # The benchmark clock starts when the client sends (trap 15): record that time.
+            request.client_queue_s = now_s - request.arrival_s
+            request.arrival_s = now_s
+            self.num_in_flight += 1
+            replica = self.route()
+            replica.scheduler.add(request)
+            replica.notify()
+            self.next_arrival_s = now_s   # the next one is due now, until its delay is known
+        self.next_arrival_s = math.inf
+
+    def route(self) -> Replica:
+        if len(self.replicas) == 1:
+            return self.replicas[0]
+        if self.router == "least_loaded":
+            return min(self.replicas, key=lambda r: r.scheduler.num_unfinished)
+        self._rr = (self._rr + 1) % len(self.replicas)
+        return self.replicas[self._rr]
+
+    def serve(self, replica: Replica):
+        env, scheduler, stepper, cost = self.env, replica.scheduler, replica.stepper, self.cost_model
+        watchdog = ProgressWatchdog()
+        # Async scheduling keeps two batches in flight: step k+1 is formed while step k runs.
+        depth = 2 if scheduler.async_scheduling else 1
+        in_flight: deque[Batch] = deque()
+        carried_preemptions = 0
+        runs = self.decode_runs and depth == 1 and isinstance(stepper, DecodeCohort)
+        while True:
+            start_s = env.now
+            while len(in_flight) < depth:
+                batch = stepper.schedule(start_s)
+                batch.num_preempted += carried_preemptions
+                carried_preemptions = 0
+                if batch:
+                    in_flight.append(batch)
+                elif batch.num_preempted:
+                    # Preemption emptied the batch (e.g. the only candidate preempted itself):
+                    # vLLM schedules again at once; the state changed, so this is progress. The
+                    # count goes into the next logged step so steps.csv adds up.
+                    watchdog.observe(0, batch.num_preempted, scheduler)
+                    carried_preemptions = batch.num_preempted
+                else:
+                    break
+            if not in_flight:
+                yield from self._idle(replica)
+                continue
+            batch = in_flight.popleft()
+            shape = batch.shape()
+            yield env.timeout(cost.step_time_s(shape))
+            end_s = env.now
+            finished = stepper.update_from_output(batch, end_s)
+            tokens, _, num_decodes, _, _, num_prefills, num_sampled, num_seqs = shape.work_counts
+            self.step_log.append(start_s, end_s, num_seqs, num_prefills, num_decodes, tokens,
+                                 tokens - num_decodes, scheduler.num_running, len(scheduler.waiting),
+                                 scheduler.kv.usage, batch.num_preempted)
+            watchdog.observe(num_sampled, batch.num_preempted, scheduler)
+            if finished:
+                self._on_finished(finished, end_s)
+            if self.on_step is not None:
+                self.on_step(replica, batch, shape)
+            if runs and self.next_arrival_s > end_s and stepper.can_run():
+                yield from self._decode_run(scheduler, stepper, watchdog, end_s)
+
+    def _decode_run(self, scheduler: Scheduler, cohort: DecodeCohort, watchdog: ProgressWatchdog,
+                    start_s: float):
+        """The cohort's coming decode steps carried out in one pass, then slept through; what
+        others may see (finishes told to the engine, the step log) waits for the clock. Nothing
+        reads the cohort meanwhile: the arrival process only queues requests."""
+        # Past a finish only if it cannot let anyone in and no closed-loop client waits to send.
+        through = (scheduler.decode_runs_through_finishes and not scheduler.finish_can_admit()
+                   and self.max_concurrency is None)
+        waiting_before, running_before = len(scheduler.waiting), scheduler.num_running
+        finishes: list[tuple[list, float]] = []
+        done = cohort.decode_run(start_s, self.next_arrival_s, through,
+                                 lambda finished, end_s: finishes.append((finished, end_s)))
+        if done is None:
+            return
+        ends, usage, num_running = done
+        yield from self._sleep_until(ends[-1])
+        for finished, end_s in finishes:
+            self._on_finished(finished, end_s)
+        # Arrivals can only land during the run's last step (it stops before a step that starts
+        # at or after one), so earlier rows saw the queue as it was.
+        num_waiting = [waiting_before] * (len(ends) - 1) + [len(scheduler.waiting)]
+        num_rows = [running_before, *num_running[:-1]]
+        self.step_log.extend_decode_steps(start_s, ends, num_rows, num_running, num_waiting, usage)
+        watchdog.observe(num_rows[-1], 0, scheduler)   # every step of a run samples
+
+    def _sleep_until(self, end_s: float):
+        """Advance SimPy's clock to exactly ``end_s``: one delay if one lands on it, else two
+        (from halfway, end_s - now is exact: Sterbenz)."""
+        env = self.env
+        delay = _delay_reaching(env.now, end_s)
+        if delay is None:
+            yield env.timeout((end_s - env.now) / 2)
+            delay = end_s - env.now
+        yield env.timeout(delay)
+
+    def _idle(self, replica: Replica):
+        scheduler = replica.scheduler
+        wake_s = scheduler.next_wakeup_s(self.env.now)
+        if scheduler.num_running or (scheduler.waiting and wake_s is None):
+            raise NoProgressError(diagnose_stall(scheduler, self.env.now))
+        replica.wakeup = self.env.event()
+        events = [replica.wakeup]
+        if wake_s is not None:
+            events.append(self.env.timeout(max(0.0, wake_s - self.env.now)))
+        yield self.env.any_of(events)
+        replica.wakeup = None
+
+    def _on_finished(self, finished: list[Request], now_s: float) -> None:
+        self.num_finished += len(finished)
+        self.num_in_flight -= len(finished)
+        self.last_finish_s = now_s
+        if self.slot_freed is not None and not self.slot_freed.triggered:
+            self.slot_freed.succeed()
+            self.next_arrival_s = now_s  # the blocked client sends now
+
+    # -- driver ----------------------------------------------------------------------------------
+    def run(self) -> SimulationResult:
+        env = self.env
+        processes = [env.process(self.arrivals())]
+        processes += [env.process(self.serve(replica)) for replica in self.replicas]
+        total = len(self.pending)
+        while self.num_finished < total:
+            if not env._queue:
+                # Nothing left to happen yet requests remain: a bug, not a hang.
+                raise NoProgressError(f"simulation stopped with {total - self.num_finished} "
+                                      f"unfinished requests and no pending event")
+            env.step()
+        for process in processes:
+            # A process that raised after the last finish (e.g. logging that step): SimPy would
+            # raise it at its next step, which the loop above no longer takes.
+            if process.triggered and not process.ok:
+                process.defused = True
+                raise process.value
+        start_s = min((r.arrival_s for r in self.pending), default=0.0)
+        return SimulationResult(self.pending, self.step_log, self.replicas, start_s,
+                                self.last_finish_s,
+                                sum(r.scheduler.num_preemptions for r in self.replicas))
+
+
+def _delay_reaching(now_s: float, target_s: float) -> float | None:
+    """A delay d with now_s + d == target_s exactly (SimPy adds delays to its clock), if one exists."""
+    d = target_s - now_s
+    for candidate in (d, math.nextafter(d, math.inf), math.nextafter(d, -math.inf)):
+        if now_s + candidate == target_s and candidate >= 0:
+            return candidate
+    return None

@@ -1,0 +1,163 @@
+"""vLLM V1: one token budget, running requests in admission order, then waiting (semantics §1, §2)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.core import rules
+from simulator.core.batch import Batch
+from simulator.core.request import Request
+from simulator.kv.block_pool import KVCache
+from simulator.kv.prefix_cache import PrefixCachingKVCache
+from simulator.policies.base import Scheduler
+from simulator.policies.options import Bool, Fraction, NonNegativeInt, SchedulerOptions, options_config
+from simulator.policies.queues import FCFSQueue, PriorityQueue
+from simulator.policies.registry import register_scheduler
+
+
+@options_config
+@dataclass(frozen=True)
+class VllmV1Options(SchedulerOptions):
+    enable_chunked_prefill: Bool = True
+    long_prefill_token_threshold: NonNegativeInt = 0
+    reserve_full_isl: Bool = True        # newer V1 admission gate (rule 2.3); older V1: False
+    watermark: Fraction = 0.0
+    enable_prefix_caching: Bool = True   # vLLM's default for generative models (rule 2.4)
+    # Schedule step k+1 while step k runs (§1.6). Newer vLLM turns it on by default (PR #27614,
+    # late 2025); the CPU backend forces it off. None: off here unless the scenario asks for it.
+    async_scheduling: Bool | None = None
+
+
+@register_scheduler("vllm_v1", description="vLLM V1: token budget over running (admission order) "
+                    "then waiting; chunked prefill; recompute preemption of the running tail")
+class VllmV1Scheduler(Scheduler):
+    family = "chunked_prefill"
+    supports_priority = True
+    serves_running_in_order = True
+    Options = VllmV1Options
+
+    @classmethod
+    def make_kv_cache(cls, options, num_gpu_blocks: int, block_size: int) -> KVCache:
+        if options.enable_prefix_caching:
+            return PrefixCachingKVCache(num_gpu_blocks, block_size)
+        return KVCache(num_gpu_blocks, block_size)
+
+    def make_waiting_queue(self):
+        return PriorityQueue() if self.options.scheduling_policy == "priority" else FCFSQueue()
+
+    def check_config(self) -> None:  # [CFG] startup checks, rule 1.2
+        o = self.options
+        self._watermark_blocks = int(o.watermark * self.kv.num_total_blocks)
+        self.async_scheduling = bool(o.async_scheduling)
+        self.check_token_budget(o.enable_chunked_prefill)
+
+    @property
+    def may_hold_decoders(self) -> bool:
+        # The priority policy's victim is any running request (rule 2.5), a held one too.
+        return super().may_hold_decoders and self.options.scheduling_policy != "priority"
+
+    def _cap(self, n: int) -> int:
+        threshold = self.options.long_prefill_token_threshold
+        return threshold if 0 < threshold < n else n   # rule 1.2 A2 / B4
+
+    def schedule(self, now_s: float, batch: Batch | None = None) -> Batch:
+        batch = Batch() if batch is None else batch
+        budget = self.options.max_num_batched_tokens - batch.total_tokens
+        budget = self._schedule_running(batch, budget)
+        if batch.num_preempted == 0:  # Phase B is skipped in a step that preempted (trap 4)
+            self._schedule_waiting(batch, budget, now_s)
+        if self.async_scheduling:  # tokens this step will sample count before they exist
+            for request, samples in zip(batch.requests, batch.samples):
+                if samples:
+                    request.num_output_placeholders += 1
+        return batch
+
+    def _schedule_running(self, batch: Batch, budget: int) -> int:
+        """Phase A (rule 1.2): the running list in order while budget is left."""
+        running, kv, max_model_len = self.running, self.kv, self.max_model_len
+        i = 0
+        while i < len(running) and budget > 0:
+            request = running[i]
+            pending = request.num_output_placeholders
+            if pending and request.num_output_tokens + pending >= rules.output_limit(request, max_model_len):
+                i += 1
+                continue  # async: never schedule past the stop (§1.6)
+            n = min(self._cap(rules.tokens_wanted(request)), budget,
+                    max_model_len - 1 - request.num_computed_tokens)
+            if n <= 0:
+                i += 1
+                continue
+            while not kv.allocate(request, n):
+                victim = self._pick_victim()
+                budget += self._preempt_running(batch, victim)
+                if victim is request:
+                    return budget  # the requester preempted itself: Phase A ends (rule 1.2 A4)
+                if running.index(request) < i:
+                    i -= 1  # a scheduled request before us left the list
+            batch.add(request, n)
+            budget -= n
+            i += 1
+        return budget
+
+    def admission_blocked(self) -> bool:
+        budget_left = self.options.max_num_batched_tokens - self.num_running
+        if budget_left < 0:
+            return False  # not every running request is scheduled each step
+        if not self.waiting or self.num_running >= self.options.max_num_seqs or budget_left == 0:
+            return True
+        if self.options.enable_prefix_caching:
+            return False  # hits can change as blocks are evicted: not worth proving stable
+        return not self._head_admissible(budget_left)
+
+    def _head_admissible(self, budget: int) -> bool:
+        """Phase B's test for the head, without side effects. Free blocks only shrink while
+        decodes run, so a head refused now stays refused."""
+        head = self.waiting.peek()
+        n = self._cap(head.num_tokens)
+        if not self.options.enable_chunked_prefill and n > budget:
+            return False
+        return self._admission_fits(head, 0) and self.kv.can_fit(head, min(n, budget))
+
+    def _pick_victim(self) -> Request:
+        if self.options.scheduling_policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.arrival_s))
+        return self.running[-1]  # fcfs: the tail, latest admitted or resumed (trap 6)
+
+    def _preempt_running(self, batch: Batch, victim: Request) -> int:
+        """Preempt; roll back the victim's tokens if already scheduled this step (rule 2.5)."""
+        refunded = 0
+        if victim in batch:
+            refunded = batch.remove(victim)
+        self.running.remove(victim)
+        self.preempt(victim)
+        batch.num_preempted += 1
+        return refunded
+
+    def _schedule_waiting(self, batch: Batch, budget: int, now_s: float) -> None:
+        """Phase B (rule 1.2): the head of waiting while budget and seats are left."""
+        o, kv = self.options, self.kv
+        while self.waiting and budget > 0 and self.num_running < o.max_num_seqs:
+            request = self.waiting.peek()   # the queue's order (rule 1.4)
+            num_hit = kv.lookup_prefix(request) if request.num_computed_tokens == 0 else 0
+            n = self._cap(request.num_tokens - num_hit)
+            if not o.enable_chunked_prefill and n > budget:
+                break  # head-of-line: smaller requests behind are not tried (rule 1.2 B5)
+            n = min(n, budget)
+            if not self._admission_fits(request, num_hit):
+                break
+            if not kv.allocate(request, n, num_hit_tokens=num_hit):
+                break  # waiting requests never preempt (rule 1.2 B7)
+            self.waiting.pop()
+            kv.record_admission(request, num_hit)
+            request.num_cached_tokens = num_hit
+            self.admit(request, now_s)
+            request.num_computed_tokens = num_hit
+            batch.add(request, n)
+            budget -= n
+
+    def _admission_fits(self, request: Request, num_hit: int) -> bool:
+        """Newer V1 gates (rule 2.3): room for the whole prompt, plus watermark if others run."""
+        headroom = self._watermark_blocks if self.num_running else 0
+        if not self.options.reserve_full_isl:
+            return headroom == 0 or self.kv.num_free_blocks >= headroom
+        total = min(request.num_tokens, self.max_model_len)
+        return self.kv.blocks_to_admit(request, total, num_hit) + headroom <= self.kv.num_free_blocks
