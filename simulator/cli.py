@@ -6,16 +6,10 @@ import os
 import sys
 from pathlib import Path
 
-if sys.argv[1:2] == ["run"] and (__name__ == "__main__" or Path(sys.argv[0]).name == "servesim"):
-    # `servesim run`: its scenario reader is forked before click and numpy load, so that it is
-    # done first (simulator/scenario_prefetch.py)
-    from simulator.scenario_prefetch import start_early
-    start_early()
+import click
 
-import click  # noqa: E402
-
-from simulator.blas_threads import single_threaded_blas  # noqa: E402
-from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: E402, F401 (tests import EXIT_USER_ERROR here)
+from simulator.blas_threads import single_threaded_blas
+from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: F401 (tests import EXIT_USER_ERROR here)
                                   scheduler_option)
 
 
@@ -62,13 +56,11 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
     single_threaded_blas()
     from simulator.collector import collector_paused
     with collector_paused():   # start-up makes only objects that live on (simulator/collector.py)
-        from simulator.scenario_prefetch import ScenarioPrefetch
-        prefetch = ScenarioPrefetch(scenario_file, overrides)   # read while numpy and the rest load
         from simulator.progress import NoProgressError
         from simulator.run_command import prepare_scenario_file, run_prepared
         from simulator.scenario import ScenarioError
         try:
-            prepared = prepare_scenario_file(scenario_file, overrides, schedulers, prefetch)
+            prepared = prepare_scenario_file(scenario_file, overrides, schedulers)
         except ScenarioError as exc:
             fail(str(exc))
     try:

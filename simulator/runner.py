@@ -4,7 +4,7 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from simulator.request import Request
 from simulator.scenario import Scenario, ScenarioError
 from simulator.schedulers.base import Scheduler, SchedulerContext
 from simulator.schedulers.registry import get_preset
-from simulator.workload.generate import WorkloadSpec, generate_seeded_workload
+from simulator.workload.generate import generate_seeded_workload
 from simulator.workload.traces import WorkloadTrace
 
 
@@ -52,12 +52,10 @@ def _user_error(exc: Exception) -> ScenarioError:
     return ScenarioError(str(exc).split("\n")[0])
 
 
-def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
-            drawn: Callable[[WorkloadSpec, int], WorkloadTrace | None] | None = None) -> Prepared:
+def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
     """Resolve catalogs, KV capacity and the workload; raise ScenarioError for impossible setups.
 
     ``schedulers``: the labels to prepare (default: every scheduler of the file), in file order.
-    ``drawn(spec, seed)``: the workload drawn already (ScenarioPrefetch.workload), or None.
     """
     options = select_schedulers(scenario, schedulers)
     try:
@@ -67,9 +65,7 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
         cost_options = {k: v for k, v in scenario.cost_model.items() if k != "kind"}
         cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
         runs = [_prepare_run(scenario, model, hardware, o) for o in options]
-        trace = drawn(scenario.workload, scenario.seed) if drawn is not None else None
-        if trace is None:
-            trace = generate_seeded_workload(scenario.workload, scenario.seed)
+        trace = generate_seeded_workload(scenario.workload, scenario.seed)
         prepared = Prepared(scenario, model, hardware, cost, trace, runs)
         for run in runs:
             check_requests_fit(prepared, run)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from cost_models.options import (Bool, Constraint, LazyClass, NonNegativeInt, PositiveInt,
                                  UnitInterval, options_config)
 from simulator.scenario_error import ScenarioError  # noqa: F401 (its home for callers)
+from simulator.scenario_file import read_raw_scenario
 from simulator.schedulers.registry import get_preset, preset_names
 from simulator.strict_fields import Unsure, build
 from simulator.workload.generate import WorkloadSpec
@@ -220,7 +221,6 @@ def format_validation_error(exc: ValidationError, prefix: str = "", raw: Any = N
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    from simulator.scenario_file import read_raw_scenario   # here: PyYAML only where read
     path = Path(path)
     return validate_scenario(read_raw_scenario(path, overrides), base_dir=path.parent)
 
@@ -234,17 +234,6 @@ def validate_scenario(raw: dict, base_dir: Path | None = None) -> Scenario:
         from simulator.sweep.plan import check_sweep  # late: the sweep package imports this one
         check_sweep(raw, base_dir)
     return scenario
-
-
-def quick_scenario(raw: dict, base_dir: Path | None = None) -> Scenario | None:
-    """``validate_scenario``'s Scenario where the file is plainly valid (strict_fields' quick
-    path), without its other checks (each scheduler's options, the workload's files); None when
-    the quick path is unsure or the file is wrong. For a reader that needs the workload and the
-    seed only, ahead of its caller's own validation (simulator/scenario_prefetch.py)."""
-    try:
-        return build(Scenario, _resolve_paths(raw, base_dir) if base_dir else raw)
-    except (Unsure, ValueError):
-        return None
 
 
 def _check_files(scenario: Scenario) -> None:

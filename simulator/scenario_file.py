@@ -1,9 +1,5 @@
 """Reading a scenario file: its YAML text to a mapping, strictly (a key given twice is an error),
-and ``--set`` overrides applied; validation is simulator/scenario.py's. Its own module because
-PyYAML costs ~25 ms to import (most of it compiling a regular expression its C parser never uses),
-and `servesim run` reads the file in a child forked as the command starts, while the main process
-imports click and numpy (simulator/scenario_prefetch.py): the main process then never imports
-PyYAML.
+and ``--set`` overrides applied; validation is simulator/scenario.py's.
 """
 from __future__ import annotations
 

@@ -156,12 +156,3 @@ def test_run_keeps_blas_to_one_thread_unless_told(tmp_path: Path, preset, expect
     assert setting == f"OPENBLAS_NUM_THREADS={expected}"
     if expected == "1" and threads != "threads=-1":   # Linux: the process never grew a thread
         assert threads == "threads=1"
-
-
-@pytest.mark.skipif(sys.platform != "linux" or (os.cpu_count() or 1) < 2,
-                    reason="the scenario is read in a forked child on Linux with a second core")
-def test_a_runs_main_process_leaves_pyyaml_to_the_child_reading_the_scenario(tmp_path: Path):
-    modules = modules_after("run", str(write_scenario(tmp_path, "{kind: roofline}")), "--no-plots",
-                            "-o", str(tmp_path / "out"), "--set", "workload.num_requests=4")
-    assert "simulator.engine" in modules and "numpy" in modules   # the run really ran
-    assert "yaml" not in modules and "simulator.scenario_file" not in modules
