@@ -54,17 +54,12 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
     """Run every scheduler of SCENARIO_FILE (or those --scheduler names) on the same workload
     and write results."""
     single_threaded_blas()
-    from simulator.collector import collector_paused
-    with collector_paused():   # start-up makes only objects that live on (simulator/collector.py)
-        from simulator.progress import NoProgressError
-        from simulator.run_command import prepare_scenario_file, run_prepared
-        from simulator.scenario import ScenarioError
-        try:
-            prepared = prepare_scenario_file(scenario_file, overrides, schedulers)
-        except ScenarioError as exc:
-            fail(str(exc))
+    from simulator.progress import NoProgressError
+    from simulator.run_command import run_scenario_file
+    from simulator.scenario import ScenarioError
     try:
-        outputs = run_prepared(prepared, out_dir, plots=not no_plots)
+        outputs = run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots,
+                                    schedulers=schedulers)
     except (ScenarioError, NoProgressError) as exc:
         fail(str(exc))
     keep_until_exit(outputs)

@@ -13,7 +13,6 @@ from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
-from simulator.collector import collector_paused
 from simulator.defaults import default_max_num_batched_tokens, default_max_num_seqs
 from simulator.engine import Simulation, SimulationResult
 from simulator.kv_cache import KVCache
@@ -122,13 +121,18 @@ def make_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False,
     requests during the run either; the caller unfreezes (``gc.unfreeze``, which thaws every
     frozen object) once the run is over. Requests hold no reference cycles: the collector has
     nothing to find in them."""
-    with collector_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
         requests = _new_requests(trace)
         if keep_itl_gaps:
             for r in requests:
                 r.itl_gaps_s = []
         if freeze:
             gc.freeze()
+    finally:
+        if enabled:
+            gc.enable()
     return requests
 
 
