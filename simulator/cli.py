@@ -8,7 +8,6 @@ from pathlib import Path
 
 import click
 
-from simulator.blas_threads import single_threaded_blas
 from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: F401 (tests import EXIT_USER_ERROR here)
                                   scheduler_option)
 
@@ -53,7 +52,10 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
         schedulers: tuple[str, ...], no_plots: bool) -> None:
     """Run every scheduler of SCENARIO_FILE (or those --scheduler names) on the same workload
     and write results."""
-    single_threaded_blas()
+    # Before numpy loads: OpenBLAS would start a thread per core for a simulation that does no
+    # BLAS work. An explicit OPENBLAS_NUM_THREADS wins.
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from simulator.progress import NoProgressError
     from simulator.run_command import run_scenario_file
     from simulator.scenario import ScenarioError
