@@ -4,10 +4,8 @@ Strict on purpose: a YAML string "3" or a boolean is not a count, and a typo sho
 the run rather than be coerced. Every options dataclass gets ``extra='forbid'`` through
 ``options_config`` so an unknown key is an error.
 
-The constraints are plain ``Constraint`` metadata, not pydantic's ``Field``: importing pydantic
-costs a fifth of a second, and `servesim run` checks a valid file without it
-(simulator/strict_fields.py). Pydantic, when it is asked (error messages, ``servesim schema``),
-reads each ``Constraint`` as the ``Field`` of the same arguments.
+The constraints are ``Constraint`` metadata, which pydantic reads as the ``Field`` of the same
+arguments when simulator/scenario.py validates a scenario or prints its JSON Schema.
 
 A field whose type is an options class only some scenarios use names it instead of importing it
 (``LazyClass``, ``TaggedUnion``): creating a dataclass costs about a millisecond of start-up, so a

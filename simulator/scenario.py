@@ -4,10 +4,9 @@
 Every user mistake becomes one ``ScenarioError`` line naming the field path, the value and what is
 allowed. ``servesim schema`` prints the JSON Schema of the same model so editors can check files.
 
-``Scenario`` is a frozen dataclass. A valid file is built straight from its type hints
-(simulator/strict_fields.py); pydantic, slow to import, is asked only when that quick check is
-unsure (it then accepts the input or words the error) and for the JSON Schema, through a model
-made from the same fields.
+``Scenario`` is a frozen dataclass. Pydantic validates a file through a model made from its fields
+(``_scenario_model``), and the dataclass is built from the model's values; the same model gives the
+JSON Schema.
 """
 from __future__ import annotations
 
@@ -18,19 +17,16 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from cost_models.options import (Bool, Constraint, LazyClass, NonNegativeInt, PositiveInt,
                                  UnitInterval, options_config)
 from simulator.scenario_error import ScenarioError  # noqa: F401 (its home for callers)
 from simulator.scenario_file import read_raw_scenario
 from simulator.schedulers.registry import get_preset, preset_names
-from simulator.strict_fields import Unsure, build
 from simulator.workload.generate import WorkloadSpec
-
-if TYPE_CHECKING:
-    from pydantic import BaseModel, TypeAdapter, ValidationError
-
 
 # A name becomes a folder under the result directory: no separators, no "." or ".." tricks.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -99,8 +95,7 @@ class Scenario:
 
 @functools.lru_cache(maxsize=None)
 def _scenario_model() -> type[BaseModel]:
-    """The pydantic model of ``Scenario``'s fields: its errors and its JSON Schema."""
-    from pydantic import ConfigDict, Field, create_model
+    """The pydantic model of ``Scenario``'s fields: it validates files and gives the JSON Schema."""
     hints = typing.get_type_hints(Scenario, include_extras=True)
     fields = {}
     for f in dataclasses.fields(Scenario):
@@ -113,11 +108,6 @@ def _scenario_model() -> type[BaseModel]:
 
 def _build_scenario(raw: dict) -> Scenario:
     try:
-        return build(Scenario, raw)
-    except Unsure:
-        pass
-    from pydantic import ValidationError
-    try:
         model = _scenario_model().model_validate(raw)
     except ValidationError as exc:
         raise ScenarioError(format_validation_error(exc, raw=raw)) from None
@@ -128,17 +118,12 @@ def _build_scenario(raw: dict) -> Scenario:
 
 @functools.lru_cache(maxsize=None)
 def _options_adapter(options_cls: type) -> TypeAdapter:
-    """Building a validator costs ~10 ms; sweeps validate the same classes many times."""
-    from pydantic import TypeAdapter
+    """One validator per options class: building one costs far more than using it, and sweeps
+    validate the same classes many times."""
     return TypeAdapter(options_cls)
 
 
 def _validate_options(options_cls: type, entry: dict[str, Any], index: int) -> Any:
-    try:
-        return build(options_cls, entry)
-    except Unsure:
-        pass
-    from pydantic import ValidationError
     try:
         return _options_adapter(options_cls).validate_python(entry)
     except ValidationError as exc:

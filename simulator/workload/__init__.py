@@ -2,7 +2,7 @@
 
 ``generate_workload(WorkloadSpec, rng) -> WorkloadTrace`` is the entry point; the option classes are
 frozen dataclasses with a ``kind`` discriminator; the scenario layer validates them from their type
-hints (simulator/strict_fields.py, and pydantic for error messages and the JSON Schema).
+hints with pydantic (simulator/scenario.py).
 
 Importing this package loads none of its modules: each name below is imported on first use, and
 each option class lives in its own module (simulator/workload/kinds/), so a run loads only what its
