@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
-from cost_models.options import (Bool, Constraint, LazyClass, NonNegativeInt, PositiveInt,
+from cost_models.options import (Bool, Constraint, NonNegativeInt, PositiveFloat, PositiveInt,
                                  UnitInterval, options_config)
 from simulator.scenario_error import ScenarioError  # noqa: F401 (its home for callers)
 from simulator.scenario_file import read_raw_scenario
@@ -33,7 +33,6 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 # The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.
 GpuBlocks = Annotated[int, Constraint(strict=True, ge=2)]
 Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
-GoodputSpec = Annotated[object, LazyClass("simulator.goodput:GoodputSLOs")]
 
 
 @options_config
@@ -52,9 +51,20 @@ class EngineOptions:
 
 @options_config
 @dataclass(frozen=True)
+class GoodputSLOs:
+    ttft_ms: PositiveFloat | None = None
+    tpot_ms: PositiveFloat | None = None
+    e2el_ms: PositiveFloat | None = None
+
+    def as_dict(self) -> dict[str, float]:
+        return {k.removesuffix("_ms"): v for k, v in vars(self).items() if v is not None}
+
+
+@options_config
+@dataclass(frozen=True)
 class MetricsOptions:
     percentiles: tuple[Percentile, ...] = (90.0, 95.0, 99.0)
-    goodput: GoodputSpec | None = None
+    goodput: GoodputSLOs | None = None
     record_itl_gaps: Bool = True        # exact ITL percentiles; memory grows with tokens
 
 
