@@ -109,9 +109,9 @@ def entry() -> None:
     """The `servesim` console script: ``main``, then the shortest way out of the process.
 
     When a command has ended (its files closed, its output flushed), Python's teardown would
-    only free, object by object, memory that the OS takes back at once: ~60 ms for the modules
-    a `run` imports, more after a large run. Exit handlers still run: ``_leave`` is registered
-    before any other, so it runs after all of them. An uncaught exception leaves the usual way."""
+    only free, object by object, memory that the OS takes back at once. Exit handlers still run:
+    ``_leave`` is registered before any other, so it runs after all of them. An uncaught
+    exception leaves the usual way."""
     global _quick_exit
     atexit.register(_leave)
     _quick_exit = True
@@ -130,9 +130,8 @@ _kept: list = []   # a command's results, held until the quick exit (keep_until_
 
 def keep_until_exit(results) -> None:
     """Under the console script, hold a command's results until the process leaves: freed when
-    the command returns, a large run's objects go one by one (~0.1 s per 100k requests), just
-    before the OS takes the whole memory back at once. Elsewhere (``main`` called in process),
-    they are freed as usual."""
+    the command returns, a large run's objects go one by one, just before the OS takes the whole
+    memory back at once. Elsewhere (``main`` called in process), they are freed as usual."""
     if _quick_exit:
         _kept.append(results)
 

@@ -37,7 +37,7 @@ class _StrictLoader(_UniqueKeys, yaml.SafeLoader):
 
 if yaml.__with_libyaml__:
     class _FastStrictLoader(_UniqueKeys, yaml.CSafeLoader):
-        """libyaml's parser: reads a scenario ~10x faster, to the same values (tags are resolved
+        """libyaml's parser: reads a scenario faster, to the same values (tags are resolved
         and objects built by the same Python classes as the pure-Python loader's)."""
 else:
     _FastStrictLoader = None
