@@ -4,20 +4,13 @@ Strict on purpose: a YAML string "3" or a boolean is not a count, and a typo sho
 the run rather than be coerced. Every options dataclass gets ``extra='forbid'`` through
 ``options_config`` so an unknown key is an error.
 
-The constraints are plain ``Constraint`` metadata, not pydantic's ``Field``: importing pydantic
-costs a fifth of a second, and `servesim run` checks a valid file without it
-(simulator/strict_fields.py). Pydantic, when it is asked (error messages, ``servesim schema``),
-reads each ``Constraint`` as the ``Field`` of the same arguments.
-
-A field whose type is an options class only some scenarios use names it instead of importing it
-(``LazyClass``, ``TaggedUnion``): creating a dataclass costs about a millisecond of start-up, so a
-run creates only the classes its scenario names.
+The constraints are ``Constraint`` metadata, which pydantic reads as the ``Field`` of the same
+arguments when simulator/scenario.py validates a scenario or prints its JSON Schema.
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, fields
-from typing import Annotated, Any, Union
+from typing import Annotated, Any
 
 
 @dataclass(frozen=True)
@@ -32,6 +25,7 @@ class Constraint:
     allow_inf_nan: bool | None = None
     pattern: str | None = None
     min_length: int | None = None
+    discriminator: str | None = None   # on a Union of options classes: the field naming the member
 
     def field_arguments(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
@@ -51,58 +45,6 @@ NonNegativeFloat = Annotated[float, Constraint(strict=True, ge=0)]
 Fraction = Annotated[float, Constraint(strict=True, ge=0.0, lt=1.0)]
 UnitInterval = Annotated[float, Constraint(strict=True, gt=0.0, le=1.0)]
 Bool = Annotated[bool, Constraint(strict=True)]
-
-
-def import_class(path: str) -> type:
-    """The class ``package.module:Class`` names (its module imported now, if not yet)."""
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-class LazyClass:
-    """Metadata for ``Annotated[object, LazyClass("package.module:Class")]``: a field of that
-    options class, imported when a value for it is built (or pydantic is asked)."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def __repr__(self) -> str:
-        return f"LazyClass({self.path!r})"
-
-    def resolve(self) -> type:
-        return import_class(self.path)
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
-        return handler(self.resolve())
-
-
-class TaggedUnion:
-    """Metadata for ``Annotated[object, TaggedUnion("kind", {tag: "package.module:Class", ...})]``:
-    a union told apart by its ``tag_field``, whose members are imported by tag, on use. Pydantic,
-    when asked, validates the whole union as ``Field(discriminator=tag_field)``."""
-
-    def __init__(self, tag_field: str, members: dict[str, str]) -> None:
-        self.tag_field = tag_field
-        self.members = dict(members)
-
-    def __repr__(self) -> str:
-        return f"TaggedUnion({self.tag_field!r}, {self.members!r})"
-
-    def member(self, tag: str) -> type | None:
-        """The class of ``tag``, or None when no member has that tag."""
-        path = self.members.get(tag)
-        return None if path is None else import_class(path)
-
-    def holds(self, value: Any) -> bool:
-        """``value`` is an instance of the member its own tag names."""
-        tag = getattr(value, self.tag_field, None)
-        member = self.member(tag) if isinstance(tag, str) else None
-        return member is not None and isinstance(value, member)
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> Any:
-        from pydantic import Field
-        classes = tuple(import_class(path) for path in self.members.values())
-        return handler(Annotated[Union[classes], Field(discriminator=self.tag_field)])
 
 
 # pydantic's ConfigDict is a TypedDict: a plain dict is the same configuration.

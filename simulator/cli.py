@@ -6,16 +6,9 @@ import os
 import sys
 from pathlib import Path
 
-if sys.argv[1:2] == ["run"] and (__name__ == "__main__" or Path(sys.argv[0]).name == "servesim"):
-    # `servesim run`: its scenario reader is forked before click and numpy load, so that it is
-    # done first (simulator/scenario_prefetch.py)
-    from simulator.scenario_prefetch import start_early
-    start_early()
+import click
 
-import click  # noqa: E402
-
-from simulator.blas_threads import single_threaded_blas  # noqa: E402
-from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: E402, F401 (tests import EXIT_USER_ERROR here)
+from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: F401 (tests import EXIT_USER_ERROR here)
                                   scheduler_option)
 
 
@@ -59,20 +52,16 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
         schedulers: tuple[str, ...], no_plots: bool) -> None:
     """Run every scheduler of SCENARIO_FILE (or those --scheduler names) on the same workload
     and write results."""
-    single_threaded_blas()
-    from simulator.collector import collector_paused
-    with collector_paused():   # start-up makes only objects that live on (simulator/collector.py)
-        from simulator.scenario_prefetch import ScenarioPrefetch
-        prefetch = ScenarioPrefetch(scenario_file, overrides)   # read while numpy and the rest load
-        from simulator.engine.progress import NoProgressError
-        from simulator.run_command import prepare_scenario_file, run_prepared
-        from simulator.scenario import ScenarioError
-        try:
-            prepared = prepare_scenario_file(scenario_file, overrides, schedulers, prefetch)
-        except ScenarioError as exc:
-            fail(str(exc))
+    # Before numpy loads: OpenBLAS would start a thread per core for a simulation that does no
+    # BLAS work. An explicit OPENBLAS_NUM_THREADS wins.
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from simulator.engine.progress import NoProgressError
+    from simulator.run_command import run_scenario_file
+    from simulator.scenario import ScenarioError
     try:
-        outputs = run_prepared(prepared, out_dir, plots=not no_plots)
+        outputs = run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots,
+                                    schedulers=schedulers)
     except (ScenarioError, NoProgressError) as exc:
         fail(str(exc))
     keep_until_exit(outputs)
@@ -120,9 +109,9 @@ def entry() -> None:
     """The `servesim` console script: ``main``, then the shortest way out of the process.
 
     When a command has ended (its files closed, its output flushed), Python's teardown would
-    only free, object by object, memory that the OS takes back at once: ~60 ms for the modules
-    a `run` imports, more after a large run. Exit handlers still run: ``_leave`` is registered
-    before any other, so it runs after all of them. An uncaught exception leaves the usual way."""
+    only free, object by object, memory that the OS takes back at once. Exit handlers still run:
+    ``_leave`` is registered before any other, so it runs after all of them. An uncaught
+    exception leaves the usual way."""
     global _quick_exit
     atexit.register(_leave)
     _quick_exit = True
@@ -141,9 +130,8 @@ _kept: list = []   # a command's results, held until the quick exit (keep_until_
 
 def keep_until_exit(results) -> None:
     """Under the console script, hold a command's results until the process leaves: freed when
-    the command returns, a large run's objects go one by one (~0.1 s per 100k requests), just
-    before the OS takes the whole memory back at once. Elsewhere (``main`` called in process),
-    they are freed as usual."""
+    the command returns, a large run's objects go one by one, just before the OS takes the whole
+    memory back at once. Elsewhere (``main`` called in process), they are freed as usual."""
     if _quick_exit:
         _kept.append(results)
 

@@ -7,7 +7,7 @@ import click
 
 from simulator.output import MIN_STREAMED_REQUESTS, ResultWriter
 from simulator.runner import Prepared, prepare, simulate
-from simulator.scenario import load_scenario, validate_scenario
+from simulator.scenario import load_scenario
 
 TABLE_COLUMNS = (  # (header, summary key, format)
     ("scheduler", "scheduler", "{}"), ("done", "completed", "{}"),
@@ -20,24 +20,15 @@ TABLE_COLUMNS = (  # (header, summary key, format)
 
 
 def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool = True,
-                      schedulers: tuple[str, ...] = (), prefetch=None) -> list:
+                      schedulers: tuple[str, ...] = ()) -> list:
     """``prepare_scenario_file`` then ``run_prepared``: the whole of `servesim run`."""
-    return run_prepared(prepare_scenario_file(path, overrides, schedulers, prefetch), out_dir, plots)
+    return run_prepared(prepare_scenario_file(path, overrides, schedulers), out_dir, plots)
 
 
-def prepare_scenario_file(path: Path, overrides, schedulers: tuple[str, ...] = (),
-                          prefetch=None) -> Prepared:
+def prepare_scenario_file(path: Path, overrides, schedulers: tuple[str, ...] = ()) -> Prepared:
     """The file's scenario, validated and prepared (every impossible setup fails here, before
-    any output). ``schedulers``: labels to run (default: all of the file's, in file order).
-    ``prefetch``: the file being read, and its workload drawn, already (``ScenarioPrefetch`` of
-    the same path and overrides)."""
-    if prefetch is None:
-        return prepare(load_scenario(path, overrides), schedulers)
-    try:
-        scenario = validate_scenario(prefetch.raw(), base_dir=Path(path).parent)
-        return prepare(scenario, schedulers, drawn=prefetch.workload)
-    finally:
-        prefetch.close()
+    any output). ``schedulers``: labels to run (default: all of the file's, in file order)."""
+    return prepare(load_scenario(path, overrides), schedulers)
 
 
 def run_prepared(prepared: Prepared, out_dir: Path | None, plots: bool = True) -> list:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import gc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -13,7 +13,6 @@ from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
-from simulator.collector import collector_paused
 from simulator.policies.defaults import default_max_num_batched_tokens, default_max_num_seqs
 from simulator.engine.simulation import Simulation, SimulationResult
 from simulator.kv.block_pool import KVCache
@@ -24,7 +23,7 @@ from simulator.core.request import Request
 from simulator.scenario import Scenario, ScenarioError
 from simulator.policies.base import Scheduler, SchedulerContext
 from simulator.policies.registry import get_preset
-from simulator.workload.generate import WorkloadSpec, generate_seeded_workload
+from simulator.workload.generate import generate_seeded_workload
 from simulator.workload.traces import WorkloadTrace
 
 
@@ -52,12 +51,10 @@ def _user_error(exc: Exception) -> ScenarioError:
     return ScenarioError(str(exc).split("\n")[0])
 
 
-def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
-            drawn: Callable[[WorkloadSpec, int], WorkloadTrace | None] | None = None) -> Prepared:
+def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
     """Resolve catalogs, KV capacity and the workload; raise ScenarioError for impossible setups.
 
     ``schedulers``: the labels to prepare (default: every scheduler of the file), in file order.
-    ``drawn(spec, seed)``: the workload drawn already (ScenarioPrefetch.workload), or None.
     """
     options = select_schedulers(scenario, schedulers)
     try:
@@ -67,9 +64,7 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
         cost_options = {k: v for k, v in scenario.cost_model.items() if k != "kind"}
         cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
         runs = [_prepare_run(scenario, model, hardware, o) for o in options]
-        trace = drawn(scenario.workload, scenario.seed) if drawn is not None else None
-        if trace is None:
-            trace = generate_seeded_workload(scenario.workload, scenario.seed)
+        trace = generate_seeded_workload(scenario.workload, scenario.seed)
         prepared = Prepared(scenario, model, hardware, cost, trace, runs)
         for run in runs:
             check_requests_fit(prepared, run)
@@ -126,13 +121,18 @@ def make_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False,
     requests during the run either; the caller unfreezes (``gc.unfreeze``, which thaws every
     frozen object) once the run is over. Requests hold no reference cycles: the collector has
     nothing to find in them."""
-    with collector_paused():
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
         requests = _new_requests(trace)
         if keep_itl_gaps:
             for r in requests:
                 r.itl_gaps_s = []
         if freeze:
             gc.freeze()
+    finally:
+        if enabled:
+            gc.enable()
     return requests
 
 

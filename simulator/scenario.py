@@ -4,10 +4,9 @@
 Every user mistake becomes one ``ScenarioError`` line naming the field path, the value and what is
 allowed. ``servesim schema`` prints the JSON Schema of the same model so editors can check files.
 
-``Scenario`` is a frozen dataclass. A valid file is built straight from its type hints
-(simulator/strict_fields.py); pydantic, slow to import, is asked only when that quick check is
-unsure (it then accepts the input or words the error) and for the JSON Schema, through a model
-made from the same fields.
+``Scenario`` is a frozen dataclass. Pydantic validates a file through a model made from its fields
+(``_scenario_model``), and the dataclass is built from the model's values; the same model gives the
+JSON Schema.
 """
 from __future__ import annotations
 
@@ -18,25 +17,22 @@ import re
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
-from cost_models.options import (Bool, Constraint, LazyClass, NonNegativeInt, PositiveInt,
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+
+from cost_models.options import (Bool, Constraint, NonNegativeInt, PositiveFloat, PositiveInt,
                                  UnitInterval, options_config)
 from simulator.scenario_error import ScenarioError  # noqa: F401 (its home for callers)
+from simulator.scenario_file import read_raw_scenario
 from simulator.policies.registry import get_preset, preset_names
-from simulator.strict_fields import Unsure, build
 from simulator.workload.generate import WorkloadSpec
-
-if TYPE_CHECKING:
-    from pydantic import BaseModel, TypeAdapter, ValidationError
-
 
 # A name becomes a folder under the result directory: no separators, no "." or ".." tricks.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 # The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.
 GpuBlocks = Annotated[int, Constraint(strict=True, ge=2)]
 Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
-GoodputSpec = Annotated[object, LazyClass("simulator.goodput:GoodputSLOs")]
 
 
 @options_config
@@ -55,9 +51,20 @@ class EngineOptions:
 
 @options_config
 @dataclass(frozen=True)
+class GoodputSLOs:
+    ttft_ms: PositiveFloat | None = None
+    tpot_ms: PositiveFloat | None = None
+    e2el_ms: PositiveFloat | None = None
+
+    def as_dict(self) -> dict[str, float]:
+        return {k.removesuffix("_ms"): v for k, v in vars(self).items() if v is not None}
+
+
+@options_config
+@dataclass(frozen=True)
 class MetricsOptions:
     percentiles: tuple[Percentile, ...] = (90.0, 95.0, 99.0)
-    goodput: GoodputSpec | None = None
+    goodput: GoodputSLOs | None = None
     record_itl_gaps: Bool = True        # exact ITL percentiles; memory grows with tokens
 
 
@@ -98,8 +105,7 @@ class Scenario:
 
 @functools.lru_cache(maxsize=None)
 def _scenario_model() -> type[BaseModel]:
-    """The pydantic model of ``Scenario``'s fields: its errors and its JSON Schema."""
-    from pydantic import ConfigDict, Field, create_model
+    """The pydantic model of ``Scenario``'s fields: it validates files and gives the JSON Schema."""
     hints = typing.get_type_hints(Scenario, include_extras=True)
     fields = {}
     for f in dataclasses.fields(Scenario):
@@ -112,11 +118,6 @@ def _scenario_model() -> type[BaseModel]:
 
 def _build_scenario(raw: dict) -> Scenario:
     try:
-        return build(Scenario, raw)
-    except Unsure:
-        pass
-    from pydantic import ValidationError
-    try:
         model = _scenario_model().model_validate(raw)
     except ValidationError as exc:
         raise ScenarioError(format_validation_error(exc, raw=raw)) from None
@@ -127,17 +128,12 @@ def _build_scenario(raw: dict) -> Scenario:
 
 @functools.lru_cache(maxsize=None)
 def _options_adapter(options_cls: type) -> TypeAdapter:
-    """Building a validator costs ~10 ms; sweeps validate the same classes many times."""
-    from pydantic import TypeAdapter
+    """One validator per options class: building one costs far more than using it, and sweeps
+    validate the same classes many times."""
     return TypeAdapter(options_cls)
 
 
 def _validate_options(options_cls: type, entry: dict[str, Any], index: int) -> Any:
-    try:
-        return build(options_cls, entry)
-    except Unsure:
-        pass
-    from pydantic import ValidationError
     try:
         return _options_adapter(options_cls).validate_python(entry)
     except ValidationError as exc:
@@ -220,7 +216,6 @@ def format_validation_error(exc: ValidationError, prefix: str = "", raw: Any = N
 
 
 def load_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    from simulator.scenario_file import read_raw_scenario   # here: PyYAML only where read
     path = Path(path)
     return validate_scenario(read_raw_scenario(path, overrides), base_dir=path.parent)
 
@@ -234,17 +229,6 @@ def validate_scenario(raw: dict, base_dir: Path | None = None) -> Scenario:
         from simulator.sweep.plan import check_sweep  # late: the sweep package imports this one
         check_sweep(raw, base_dir)
     return scenario
-
-
-def quick_scenario(raw: dict, base_dir: Path | None = None) -> Scenario | None:
-    """``validate_scenario``'s Scenario where the file is plainly valid (strict_fields' quick
-    path), without its other checks (each scheduler's options, the workload's files); None when
-    the quick path is unsure or the file is wrong. For a reader that needs the workload and the
-    seed only, ahead of its caller's own validation (simulator/scenario_prefetch.py)."""
-    try:
-        return build(Scenario, _resolve_paths(raw, base_dir) if base_dir else raw)
-    except (Unsure, ValueError):
-        return None
 
 
 def _check_files(scenario: Scenario) -> None:

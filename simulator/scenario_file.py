@@ -1,9 +1,5 @@
 """Reading a scenario file: its YAML text to a mapping, strictly (a key given twice is an error),
-and ``--set`` overrides applied; validation is simulator/scenario.py's. Its own module because
-PyYAML costs ~25 ms to import (most of it compiling a regular expression its C parser never uses),
-and `servesim run` reads the file in a child forked as the command starts, while the main process
-imports click and numpy (simulator/scenario_prefetch.py): the main process then never imports
-PyYAML.
+and ``--set`` overrides applied; validation is simulator/scenario.py's.
 """
 from __future__ import annotations
 
@@ -41,7 +37,7 @@ class _StrictLoader(_UniqueKeys, yaml.SafeLoader):
 
 if yaml.__with_libyaml__:
     class _FastStrictLoader(_UniqueKeys, yaml.CSafeLoader):
-        """libyaml's parser: reads a scenario ~10x faster, to the same values (tags are resolved
+        """libyaml's parser: reads a scenario faster, to the same values (tags are resolved
         and objects built by the same Python classes as the pure-Python loader's)."""
 else:
     _FastStrictLoader = None

@@ -6,9 +6,9 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from simulator.core.request import Request
-from simulator.workload import (ConstantArrivals, InfArrivals, PoissonArrivals, PriorityChoice,
-                                TraceArrivals, UniformLength, VllmRandomLengths, WorkloadSpec, WorkloadTrace,
-                                generate_workload)
+from simulator.workload import (ConstantArrivals, FixedLength, InfArrivals, PoissonArrivals,
+                                PriorityChoice, TraceArrivals, UniformLength, VllmRandomLengths,
+                                WorkloadSpec, WorkloadTrace, generate_workload)
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 SHAREGPT = REFERENCE / "llmservingsim" / "workloads" / "sharegpt-llama-3.1-8b-300-sps10.jsonl"
@@ -244,3 +244,22 @@ def test_config_layer_builds_the_design_doc_workload():
     with pytest.raises(ValidationError, match="num_request"):
         adapter.validate_python({"arrival": {"kind": "inf"}, "lengths": {}, "num_request": 5})
     assert "WorkloadSpec" in str(adapter.json_schema())
+
+
+def test_a_spec_built_in_code_refuses_a_value_of_the_wrong_kind():
+    with pytest.raises(ValueError, match=r"^WorkloadSpec\.arrival: FixedLength\(kind='fixed', value=8\) "
+                                         r"is not allowed; kind must be one of poisson, gamma, constant, "
+                                         r"inf, trace$"):
+        WorkloadSpec(arrival=FixedLength(8), prompt_len=FixedLength(8), output_len=FixedLength(8),
+                     num_requests=1)
+    with pytest.raises(ValueError, match=r"^WorkloadSpec\.output_len: PoissonArrivals\(.*\) is not "
+                                         r"allowed; kind must be one of fixed, uniform, lognormal, "
+                                         r"empirical$"):
+        WorkloadSpec(arrival=PoissonArrivals(1.0), prompt_len=FixedLength(8),
+                     output_len=PoissonArrivals(1.0), num_requests=1)
+
+
+def test_a_trace_spec_is_told_by_its_kind():
+    assert WorkloadSpec(arrival=TraceArrivals("t.csv")).is_trace
+    assert not WorkloadSpec(arrival=PoissonArrivals(1.0), prompt_len=FixedLength(8),
+                            output_len=FixedLength(8), num_requests=1).is_trace

@@ -26,7 +26,6 @@ from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from simulator.metrics.quantiles import median, percentile
 from simulator.metrics.request_arrays import request_arrays
 from simulator.metrics.step_log import StepLog
 from simulator.metrics.timeseries import EngineSeries
@@ -194,10 +193,10 @@ def _throughputs(lat: _Latencies, dur_s: float) -> dict:
 def _stats_ms(metric: str, values_s: np.ndarray, pcts: tuple[float, ...]) -> dict:
     x = values_s if len(values_s) else 0   # vLLM's ``values or 0``: empty gives zeros
     stats = {f"mean_{metric}_ms": float(np.mean(x) * 1000),
-             f"median_{metric}_ms": float(median(x) * 1000),
+             f"median_{metric}_ms": float(np.median(x) * 1000),
              f"std_{metric}_ms": float(np.std(x) * 1000)}
     for p in pcts:
-        stats[percentile_key(metric, p)] = float(percentile(x, p) * 1000)
+        stats[percentile_key(metric, p)] = float(np.percentile(x, p) * 1000)
     return stats
 
 

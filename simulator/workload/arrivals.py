@@ -20,16 +20,17 @@ gaps are drawn in chunks until the cumulative time exceeds the duration, and the
 ``duration_s`` are kept. N is unknown in advance, so the "newer" rescaling is not applied (only its
 "first request waits its gap" part is).
 
-The classes of the arrival kinds live in simulator/workload/kinds/, one module per kind.
+Trace replay (``kind: trace``) is ``TraceArrivals``, with the trace files (simulator/workload/traces.py).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import numpy as np
 
-from cost_models.options import Constraint
+from cost_models.options import OPTIONS_CONFIG, Constraint
 from simulator.workload.lengths import invalid
 
 Timing = Literal["newer", "older"]
@@ -47,12 +48,12 @@ def _check_timing(owner: str, timing: str) -> None:
         raise invalid(f"{owner}.timing", timing, f"one of {_TIMINGS}")
 
 
-def check_n(n: int) -> None:
+def _check_n(n: int) -> None:
     if int(n) != n or n < 0:
         raise invalid("num_requests", n, "an integer >= 0")
 
 
-def check_duration(duration_s: float) -> None:
+def _check_duration(duration_s: float) -> None:
     if not (math.isfinite(duration_s) and duration_s > 0):
         raise invalid("duration_s", duration_s, "a finite number > 0")
 
@@ -83,14 +84,14 @@ class RenewalArrivals:
 
     def arrival_times_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Release times of ``n`` requests in seconds (sorted float64)."""
-        check_n(n)
+        _check_n(n)
         if n == 0:
             return np.zeros(0)
         return _times_from_gaps(self.gaps_s(n, rng), self.rate, self.timing)
 
     def arrival_times_until_s(self, duration_s: float, rng: np.random.Generator) -> np.ndarray:
         """Release times in [0, duration_s] from raw (never rescaled) gaps."""
-        check_duration(duration_s)
+        _check_duration(duration_s)
         expected = self.rate * duration_s
         chunk = int(expected + 6.0 * math.sqrt(expected)) + 16  # usually one draw suffices
         gaps = self.gaps_s(chunk, rng)
@@ -102,9 +103,80 @@ class RenewalArrivals:
         return cumulative[cumulative <= duration_s]
 
 
-def __getattr__(name: str):
-    """``simulator.workload.arrivals.PoissonArrivals`` and its siblings still resolve (from kinds/)."""
-    if name.endswith("Arrivals") and not name.startswith("_"):
-        import simulator.workload
-        return getattr(simulator.workload, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+@dataclass(frozen=True)
+class PoissonArrivals(RenewalArrivals):
+    """Exponential gaps. Drawn as vLLM does, as Gamma(shape=1): same numbers as ``GammaArrivals(r, 1)``."""
+
+    kind: Literal["poisson"] = field(default="poisson", kw_only=True)
+    rate: RatePerS
+    timing: Timing = "newer"
+    __pydantic_config__ = OPTIONS_CONFIG  # unknown keys are errors
+
+    def gaps_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.gamma(shape=1.0, scale=1.0 / self.rate, size=n)
+
+
+@dataclass(frozen=True)
+class GammaArrivals(RenewalArrivals):
+    """Gamma gaps: ``--request-rate r --burstiness b`` (b < 1 burstier than Poisson, b > 1 smoother)."""
+
+    kind: Literal["gamma"] = field(default="gamma", kw_only=True)
+    rate: RatePerS
+    burstiness: Annotated[float, Constraint(strict=True, gt=0, allow_inf_nan=False)] = 1.0
+    timing: Timing = "newer"
+    __pydantic_config__ = OPTIONS_CONFIG  # unknown keys are errors
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        b = self.burstiness
+        if not (isinstance(b, (int, float)) and math.isfinite(b) and b > 0):
+            raise invalid("GammaArrivals.burstiness", b,
+                          "a finite number > 0 (1 = Poisson; kind 'constant' spaces arrivals evenly)")
+
+    def gaps_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        theta = 1.0 / (self.rate * self.burstiness)
+        return rng.gamma(shape=self.burstiness, scale=theta, size=n)
+
+
+@dataclass(frozen=True)
+class ConstantArrivals(RenewalArrivals):
+    """Evenly spaced arrivals, 1/r apart (vLLM's ``--burstiness inf``). Draws nothing from ``rng``."""
+
+    kind: Literal["constant"] = field(default="constant", kw_only=True)
+    rate: RatePerS
+    timing: Timing = "newer"
+    __pydantic_config__ = OPTIONS_CONFIG  # unknown keys are errors
+
+    @property
+    def _first_index(self) -> int:
+        return 1 if self.timing == "newer" else 0  # newer: request 0 waits one gap too
+
+    def gaps_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        return np.full(n, 1.0 / self.rate)
+
+    def arrival_times_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        _check_n(n)
+        # k/r rather than a running sum: no drift, and the newer last arrival is N/r exactly.
+        return np.arange(self._first_index, self._first_index + n, dtype=np.float64) / self.rate
+
+    def arrival_times_until_s(self, duration_s: float, rng: np.random.Generator) -> np.ndarray:
+        _check_duration(duration_s)
+        stop = self._first_index + math.floor(duration_s * self.rate) + 2
+        times = np.arange(self._first_index, stop, dtype=np.float64) / self.rate
+        return times[times <= duration_s]
+
+
+@dataclass(frozen=True)
+class InfArrivals:
+    """``--request-rate inf``: every request is released at t=0 (with ``max_concurrency`` C: C users)."""
+
+    kind: Literal["inf"] = field(default="inf", kw_only=True)
+    __pydantic_config__ = OPTIONS_CONFIG  # unknown keys are errors
+
+    def arrival_times_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        _check_n(n)
+        return np.zeros(n)
+
+    def arrival_times_until_s(self, duration_s: float, rng: np.random.Generator) -> np.ndarray:
+        raise ValueError("duration_s: not allowed with arrival kind 'inf' (unbounded request count); "
+                         "give num_requests instead")

@@ -16,21 +16,62 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
-from typing import Annotated
+from dataclasses import dataclass, field
+from typing import Annotated, Literal, Union
 
 import numpy as np
 
 from cost_models.options import OPTIONS_CONFIG, Constraint
-from simulator.workload.kinds import ARRIVALS, JOINT_LENGTHS, LENGTHS, PRIORITY
-from simulator.workload.lengths import invalid
-from simulator.workload.traces import WorkloadTrace
+from simulator.workload.arrivals import ConstantArrivals, GammaArrivals, InfArrivals, PoissonArrivals
+from simulator.workload.lengths import (EmpiricalLength, FixedLength, LognormalLength, UniformLength,
+                                        VllmRandomLengths, invalid)
+from simulator.workload.traces import TraceArrivals, WorkloadTrace
 
-# The option classes are named, not imported: a run imports only those its scenario names.
-ArrivalSpec = Annotated[object, ARRIVALS]
-LengthSpec = Annotated[object, LENGTHS]
-JointLengthSpec = Annotated[object, JOINT_LENGTHS]
-PrioritySpec = Annotated[object, PRIORITY]
+# The classes of each ``kind``, in the order error messages list the kinds.
+ARRIVALS = (PoissonArrivals, GammaArrivals, ConstantArrivals, InfArrivals, TraceArrivals)
+LENGTHS = (FixedLength, UniformLength, LognormalLength, EmpiricalLength)
+ArrivalSpec = Annotated[Union[ARRIVALS], Constraint(discriminator="kind")]
+LengthSpec = Annotated[Union[LENGTHS], Constraint(discriminator="kind")]
+
+
+@dataclass(frozen=True)
+class PriorityChoice:
+    """Each request's priority drawn from ``values`` (vLLM: lower is served first), with optional
+    ``weights``. A single value draws nothing."""
+
+    kind: Literal["choice"] = field(default="choice", kw_only=True)
+    values: tuple[int, ...]
+    weights: tuple[Annotated[float, Constraint(strict=True, ge=0, allow_inf_nan=False)], ...] | None = None
+    __pydantic_config__ = OPTIONS_CONFIG
+
+    def __post_init__(self) -> None:
+        if not self.values or not all(isinstance(v, int) and not isinstance(v, bool) for v in self.values):
+            raise invalid("PriorityChoice.values", self.values, "a non-empty list of integers")
+        weights = self.weights
+        if weights is not None and (len(weights) != len(self.values) or not _valid_weights(weights)):
+            raise invalid("PriorityChoice.weights", weights,
+                          f"{len(self.values)} finite numbers >= 0 (one per value) with a positive sum")
+
+    def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        values = np.asarray(self.values, dtype=np.int64)
+        if values.size == 1:
+            return np.full(n, values[0], dtype=np.int64)
+        p = None if self.weights is None else np.asarray(self.weights, dtype=np.float64) / sum(self.weights)
+        return rng.choice(values, size=n, p=p)
+
+
+def _valid_weights(weights: tuple[float, ...]) -> bool:
+    return all(math.isfinite(w) and w >= 0 for w in weights) and sum(weights) > 0
+
+
+def _of_kind(value: object, classes: tuple[type, ...]) -> bool:
+    """``value`` is an instance of the class of its own ``kind``."""
+    kind = getattr(value, "kind", None)
+    return any(cls.kind == kind and isinstance(value, cls) for cls in classes)
+
+
+def _kinds(classes: tuple[type, ...]) -> str:
+    return ", ".join(cls.kind for cls in classes)
 
 
 @dataclass(frozen=True)
@@ -45,8 +86,8 @@ class WorkloadSpec:
     num_requests: Annotated[int, Constraint(strict=True, ge=1)] | None = None
     duration_s: Annotated[float, Constraint(strict=True, gt=0, allow_inf_nan=False)] | None = None
     max_concurrency: Annotated[int, Constraint(strict=True, ge=1)] | None = None
-    lengths: JointLengthSpec | None = None
-    priority: PrioritySpec | None = None
+    lengths: VllmRandomLengths | None = None
+    priority: PriorityChoice | None = None
     __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
@@ -62,14 +103,14 @@ class WorkloadSpec:
         return getattr(self.arrival, "kind", None) == "trace"
 
     def _check_types(self) -> None:
-        if not ARRIVALS.holds(self.arrival):
+        if not _of_kind(self.arrival, ARRIVALS):
             raise ValueError(f"WorkloadSpec.arrival: {self.arrival!r} is not allowed; kind must be one of "
-                             f"{', '.join(ARRIVALS.members)}")
+                             f"{_kinds(ARRIVALS)}")
         for name in ("prompt_len", "output_len"):
             value = getattr(self, name)
-            if value is not None and not LENGTHS.holds(value):
+            if value is not None and not _of_kind(value, LENGTHS):
                 raise ValueError(f"WorkloadSpec.{name}: {value!r} is not allowed; kind must be one of "
-                                 f"{', '.join(LENGTHS.members)}")
+                                 f"{_kinds(LENGTHS)}")
 
     def _check_size(self) -> None:
         n, duration = self.num_requests, self.duration_s

@@ -1,16 +1,29 @@
-"""A workload as a table of requests (``WorkloadTrace``); trace files are read by
-``TraceArrivals`` (simulator/workload/kinds/trace.py).
+"""A workload as a table of requests (``WorkloadTrace``), and ``kind: trace`` arrivals: replay a
+trace file as one (``TraceArrivals``).
+
+Trace files, one request per row:
+- JSONL, LLMServingSim's format: ``input_toks``, ``output_toks``, ``arrival_time_ns`` and optional
+  ``input_tok_ids`` (other keys, e.g. ``output_tok_ids``, are ignored).
+- CSV with a header (Vidur/Splitwise style).
+Both accept any of the column names below; the first one present is used.
 """
 from __future__ import annotations
 
+import csv
+import dataclasses
 import functools
-from dataclasses import dataclass
-from typing import Any
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from cost_models.options import OPTIONS_CONFIG, Constraint
 from simulator.core.request import Request
-from simulator.workload.lengths import invalid
+from simulator.workload.lengths import invalid, parse_length
 
 
 def _frozen_array(values: Any, dtype: type) -> np.ndarray:
@@ -67,7 +80,6 @@ class WorkloadTrace:
 
     def fingerprint(self) -> str:
         """sha256 over every column's bytes (with names and sizes, so columns cannot alias)."""
-        import hashlib  # on use: loading OpenSSL is ~8 ms of a run's start-up, and a run needs none
         digest = hashlib.sha256()
         parts = [("arrival_s", self.arrival_s), ("num_prompt_tokens", self.num_prompt_tokens),
                  ("max_output_tokens", self.max_output_tokens)]
@@ -106,3 +118,148 @@ class WorkloadTrace:
         rows = zip(self.arrival_s.tolist(), self.num_prompt_tokens.tolist(), self.max_output_tokens.tolist(),
                    ids, priority)
         return [Request(i, *row) for i, row in enumerate(rows)]
+
+
+# (column name, factor to seconds)
+ARRIVAL_COLUMNS = (("arrival_s", 1.0), ("arrived_at", 1.0), ("arrival_time_ns", 1e-9))
+PROMPT_COLUMNS = ("input_toks", "num_prompt_tokens", "prompt", "num_prefill_tokens", "prompt_len")
+OUTPUT_COLUMNS = ("output_toks", "num_output_tokens", "output", "num_decode_tokens", "output_len")
+TOKEN_IDS_COLUMNS = ("input_tok_ids", "prompt_token_ids")
+
+
+@dataclass(frozen=True)
+class TraceArrivals:
+    """Replay a trace file: arrival times, lengths and (if present) prompt token ids.
+
+    ``time_scale`` multiplies every arrival time (0.5 replays twice as fast). ``start_at_zero``
+    shifts the times so the earliest arrival is at 0 (for traces with absolute timestamps).
+    Rows out of time order are sorted, stably.
+    """
+
+    kind: Literal["trace"] = field(default="trace", kw_only=True)
+    path: str
+    time_scale: Annotated[float, Constraint(strict=True, gt=0, allow_inf_nan=False)] = 1.0
+    start_at_zero: bool = False
+    __pydantic_config__ = OPTIONS_CONFIG
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path.endswith((".jsonl", ".csv")):
+            raise invalid("TraceArrivals.path", self.path, "a file path ending in .jsonl or .csv")
+        scale = self.time_scale
+        if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale > 0):
+            raise invalid("TraceArrivals.time_scale", scale, "a finite number > 0")
+
+    def load(self) -> WorkloadTrace:
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            raise ValueError(f"TraceArrivals.path: file {self.path!r} does not exist or cannot be read") \
+                from None
+        trace = _read_trace(self.path, stat.st_mtime_ns, stat.st_size)
+        offset = float(trace.arrival_s[0]) if self.start_at_zero and len(trace) else 0.0
+        if offset == 0.0 and self.time_scale == 1.0:
+            return trace
+        return dataclasses.replace(trace, arrival_s=(trace.arrival_s - offset) * self.time_scale)
+
+    def arrival_times_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """The first ``n`` arrival times of the trace. Draws nothing."""
+        trace = self.load()
+        if n > len(trace):
+            raise ValueError(f"num_requests: {n} is more than the {len(trace)} requests in trace {self.path}")
+        return trace.arrival_s[:n].copy()
+
+    def arrival_times_until_s(self, duration_s: float, rng: np.random.Generator) -> np.ndarray:
+        return self.load().until(duration_s).arrival_s.copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _read_trace(path: str, mtime_ns: int, size: int) -> WorkloadTrace:
+    rows = _read_jsonl(path) if path.endswith(".jsonl") else _read_csv(path)
+    if not rows:
+        raise ValueError(f"TraceArrivals.path: {path} holds no requests")
+    return _table(path, rows, list(rows[0].keys()))
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    rows = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise ValueError(f"TraceArrivals.path: {path}:{number} is not valid JSON") from None
+    return rows
+
+
+def _read_csv(path: str) -> list[dict[str, Any]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _pick(path: str, columns: list[str], accepted: tuple[str, ...], what: str) -> str:
+    for name in accepted:
+        if name in columns:
+            return name
+    raise ValueError(f"TraceArrivals.path: {path} has no {what} column; "
+                     f"accepted names: {', '.join(accepted)}")
+
+
+def _table(path: str, rows: list[dict[str, Any]], columns: list[str]) -> WorkloadTrace:
+    arrival_names = tuple(name for name, _ in ARRIVAL_COLUMNS)
+    arrival_col = _pick(path, columns, arrival_names, "arrival time")
+    to_s = dict(ARRIVAL_COLUMNS)[arrival_col]
+    prompt_col = _pick(path, columns, PROMPT_COLUMNS, "prompt length")
+    output_col = _pick(path, columns, OUTPUT_COLUMNS, "output length")
+    ids_col = next((name for name in TOKEN_IDS_COLUMNS if name in columns), None)
+    first_line = 1 if path.endswith(".jsonl") else 2
+    arrival, prompt, output, ids, priority = [], [], [], [], []
+    for number, row in enumerate(rows, first_line):
+        where = f"TraceArrivals.path: {path}:{number}"
+        arrival.append(_arrival_s(row, arrival_col, where) * to_s)
+        prompt.append(parse_length(str(_cell(row, prompt_col, where)), f"{where} column {prompt_col}"))
+        output.append(parse_length(str(_cell(row, output_col, where)), f"{where} column {output_col}"))
+        if ids_col is not None:
+            ids.append(_token_ids(row, ids_col, prompt[-1], where))
+        if "priority" in columns:
+            priority.append(_priority(row, where))
+    order = np.argsort(np.asarray(arrival), kind="stable")  # non-monotone traces are sorted, stably
+    return WorkloadTrace(
+        np.asarray(arrival)[order], np.asarray(prompt)[order], np.asarray(output)[order],
+        tuple(ids[i] for i in order) if ids_col is not None else None,
+        np.asarray(priority)[order] if priority else None)
+
+
+def _cell(row: dict[str, Any], column: str, where: str) -> Any:
+    value = row.get(column)
+    if value is None or value == "":
+        raise ValueError(f"{where}: column {column} is missing or empty")
+    return value
+
+
+def _arrival_s(row: dict[str, Any], column: str, where: str) -> float:
+    text = _cell(row, column, where)
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: column {column} value {text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{where}: column {column} value {text!r} is not allowed; must be finite and >= 0")
+    return value
+
+
+def _priority(row: dict[str, Any], where: str) -> int:
+    text = _cell(row, "priority", where)
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: column priority value {text!r} is not an integer") from None
+
+
+def _token_ids(row: dict[str, Any], column: str, num_prompt_tokens: int, where: str) -> tuple[int, ...]:
+    value = _cell(row, column, where)
+    ids = json.loads(value) if isinstance(value, str) else value  # a CSV cell holds a JSON list
+    if len(ids) != num_prompt_tokens:
+        raise ValueError(f"{where}: column {column} has {len(ids)} ids for a prompt of "
+                         f"{num_prompt_tokens} tokens")
+    return tuple(int(t) for t in ids)
