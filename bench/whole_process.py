@@ -26,11 +26,11 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_once(command: list[str]) -> tuple[float, float]:
+def run_once(command: list[str], cwd: Path = ROOT) -> tuple[float, float]:
     """(wall seconds, peak RSS in MiB) of one child process; a failed run stops the bench."""
     with tempfile.TemporaryFile() as stderr:
         start = time.perf_counter()
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr,
+        proc = subprocess.Popen(command, cwd=cwd, stdout=subprocess.DEVNULL, stderr=stderr,
                                 env=child_env())
         _, status, usage = os.wait4(proc.pid, 0)   # this child's own rusage, not all children's
         wall_s = time.perf_counter() - start
@@ -53,6 +53,17 @@ def time_interleaved(cells: list[tuple[Path, str, list[str]]], repeat: int) -> l
     every cell before run r + 1 of any, so that a slow spell of a shared machine (this VM
     alternates between a fast and a slow state every few seconds) falls on every cell's runs
     alike instead of on all of one cell's."""
+    return time_interleaved_with_others(cells, [], repeat)[0]
+
+
+def time_interleaved_with_others(cells: list[tuple[Path, str, list[str]]],
+                                 others: list[tuple[list[str], list[str], Path]], repeat: int
+                                 ) -> tuple[list[tuple[dict, dict]], list[list[tuple[float, float]]]]:
+    """``time_interleaved`` of the servesim cells, with other programs' runs in the same rounds:
+    each of ``others`` is (warm-up command, timed command, working folder); the warm-up runs once,
+    untimed, before any timed run, and the timed command is run ``repeat`` times, its run r
+    after run r of every servesim cell and before run r + 1 of any. Returns the cells' fields
+    and summaries, and each other command's (wall seconds, peak RSS MiB) runs."""
     with tempfile.TemporaryDirectory(prefix="servesim-bench-") as root:
         commands = []
         for i, (scenario, label, overrides) in enumerate(cells):
@@ -60,21 +71,29 @@ def time_interleaved(cells: list[tuple[Path, str, list[str]]], repeat: int) -> l
             command = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--scheduler",
                        label, "--no-plots", "--out", str(out_dir)]
             run_once(command + ["--set", "workload.num_requests=1"])   # warm the bytecode cache
-            commands.append(command + [arg for o in overrides for arg in ("--set", o)])
-        runs = [[] for _ in cells]
+            commands.append((command + [arg for o in overrides for arg in ("--set", o)], ROOT))
+        for warm, timed, cwd in others:
+            run_once(warm, cwd)
+            commands.append((timed, cwd))
+        runs = [[] for _ in commands]
         for _ in range(repeat):
-            for command, cell_runs in zip(commands, runs):
-                cell_runs.append(run_once(command))
-        return [_fields(cell_runs, json.loads((Path(root) / str(i) / label / "summary.json").read_text()))
-                for i, ((_, label, _), cell_runs) in enumerate(zip(cells, runs))]
+            for (command, cwd), command_runs in zip(commands, runs):
+                command_runs.append(run_once(command, cwd))
+        results = [_fields(cell_runs, json.loads((Path(root) / str(i) / label / "summary.json").read_text()))
+                   for i, ((_, label, _), cell_runs) in enumerate(zip(cells, runs))]
+        return results, runs[len(cells):]
+
+
+def wall_fields(runs: list[tuple[float, float]]) -> dict[str, str]:
+    """Median, fastest and slowest wall seconds and the largest peak RSS of a command's runs."""
+    walls = [wall for wall, _ in runs]
+    return {"wall_s": f"{statistics.median(walls):.3f}", "wall_min_s": f"{min(walls):.3f}",
+            "wall_max_s": f"{max(walls):.3f}", "peak_rss_mb": f"{max(r for _, r in runs):.0f}"}
 
 
 def _fields(runs: list[tuple[float, float]], summary: dict) -> tuple[dict, dict]:
-    walls = [wall for wall, _ in runs]
-    wall = statistics.median(walls)
-    fields = {"requests": summary["completed"], "runs": len(runs),
-              "wall_s": f"{wall:.3f}", "wall_min_s": f"{min(walls):.3f}",
-              "wall_max_s": f"{max(walls):.3f}", "peak_rss_mb": f"{max(r for _, r in runs):.0f}",
+    wall = statistics.median(wall for wall, _ in runs)
+    fields = {"requests": summary["completed"], "runs": len(runs), **wall_fields(runs),
               "req_per_s": f"{summary['completed'] / wall:.0f}",
               "steps_per_s": f"{summary['num_steps'] / wall:.0f}",
               "sim_over_wall": f"{summary['duration'] / wall:.1f}",
