@@ -21,7 +21,7 @@ CDF_PANELS = (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2el_ms", "e
 STATE_PANELS = (("num_running", "running requests"), ("num_waiting", "waiting requests"),
                 ("kv_usage", "KV cache usage (0-1)"))
 LEGEND_COLUMNS = 6
-DPI = 110   # save_figure's: drawn at the dpi it is saved at, the warm-up's text layouts are reused
+DPI = 110   # save_figure's: text is laid out once, at the dpi it is saved at
 
 
 def plot_run_overview(series: Sequence[RunSeries], base: Path, title: str,
@@ -51,11 +51,6 @@ class OverviewDrawing:
             ax.grid(alpha=0.3)
         self.labels: list[str] = []
         self._latency_range = {field: (math.inf, -math.inf) for field, _ in CDF_PANELS}
-
-    def warm_up(self) -> None:
-        """Draw the empty figure once: loads the fonts and lays out the labels that the real
-        draw reuses (worth it where this runs while the runs simulate, run_plots.py)."""
-        self.fig.canvas.draw()
 
     def add(self, s: RunSeries) -> None:
         color = f"C{len(self.labels)}"

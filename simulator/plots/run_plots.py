@@ -66,7 +66,6 @@ def plot_run(out_dir: Path, series: list[RunSeries]) -> list[Path]:
 
 def _draw_in_child(base: Path, title: str, inbox: Inbox) -> None:
     drawing = OverviewDrawing(title)
-    drawing.warm_up()
     while (series := inbox.receive()) is not _DONE:
         drawing.add(series)   # while the next run simulates
     save_figure(drawing.finish(), base, ("png",))
