@@ -57,11 +57,12 @@ class OverviewDrawing:
         self.labels.append(s.label)
         for ax, (field, _) in zip(self.axes[0], CDF_PANELS):
             values = getattr(s, field)
-            values = values[values > 0]   # a log axis cannot show 0 ms
             if len(values):
                 ax.plot(*cdf_points(values), color=color, linewidth=1.2)
+            positive = values[values > 0]   # what a log axis can show
+            if len(positive):
                 lo, hi = self._latency_range[field]
-                self._latency_range[field] = min(lo, values.min()), max(hi, values.max())
+                self._latency_range[field] = min(lo, positive.min()), max(hi, positive.max())
         if len(s.step_end_s):
             for ax, (field, _) in zip(self.axes[1], STATE_PANELS):
                 ax.step(*envelope(s.step_end_s, getattr(s, field)), where="post", color=color,
