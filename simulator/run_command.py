@@ -1,9 +1,11 @@
 """`servesim run`: prepare everything, simulate each scheduler, print a table, write results."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
+import numpy as np
 
 from simulator.output import MIN_STREAMED_REQUESTS, ResultWriter
 from simulator.runner import Prepared, prepare, simulate
@@ -40,21 +42,46 @@ def run_prepared(prepared: Prepared, out_dir: Path | None, plots: bool = True) -
                f"{prepared.hardware.name} x{scenario.engine.tensor_parallel_size}, "
                f"cost model {scenario.cost_model.get('kind')}, seed {scenario.seed}")
     outputs = []
-    for run in prepared.runs:
-        # A forked helper writes the files as the run goes: forked before a run of many
-        # requests, else once the step log proves long (output.MIN_STREAMED_REQUESTS).
-        few = len(prepared.trace) < MIN_STREAMED_REQUESTS
-        with ResultWriter(out_dir / run.label, stream=True, fork_when_long=few) as writer:
-            output = simulate(prepared, run, writer=writer)
-            writer.finish(output.result.requests, output.summary)
-        outputs.append(output)
-    click.echo(format_table([o.summary for o in outputs]))
-    if plots:
-        from simulator.plots.run_plots import plot_run
-        for png in plot_run(out_dir, outputs):
-            click.echo(f"plot: {png}")
+    with _run_plots(out_dir, plots) as drawing:
+        for run in prepared.runs:
+            # A forked helper writes the files as the run goes: forked before a run of many
+            # requests, else once the step log proves long (output.MIN_STREAMED_REQUESTS).
+            few = len(prepared.trace) < MIN_STREAMED_REQUESTS
+            with ResultWriter(out_dir / run.label, stream=True, fork_when_long=few) as writer:
+                output = simulate(prepared, run, writer=writer)
+                writer.finish(output.result.requests, output.summary)
+            outputs.append(output)
+            if drawing is not None:
+                drawing.add(run_series(output))
+        click.echo(format_table([o.summary for o in outputs]))
+        if drawing is not None:
+            for png in drawing.finish():
+                click.echo(f"plot: {png}")
     click.echo(f"results: {out_dir}/<scheduler>/{{requests.csv,steps.csv,summary.json}}")
     return outputs
+
+
+def _run_plots(out_dir: Path, plots: bool):
+    """The run's overview figure, started before the first run (simulator/plots/run_plots.py),
+    or a stand-in when there are no plots."""
+    if not plots:
+        return contextlib.nullcontext()
+    from simulator.plots.run_plots import RunPlots
+    return RunPlots(out_dir)
+
+
+# -- adapter: today's RunOutput -> the plots' RunSeries. Rewire it to the columnar request and
+# step tables when they replace Request objects and StepLog; nothing else reads them for plots.
+def run_series(output):
+    """``output``'s latencies (requests.csv's ttft_ms/tpot_ms/e2el_ms) and step columns."""
+    from simulator.metrics.summary import latencies_s
+    from simulator.plots.run_series import run_series_from_columns
+    rows = [t for t in map(latencies_s, output.result.requests) if t is not None]
+    ttft, tpot, e2el = (np.array([np.nan if v is None else v * 1000 for v in col], dtype=np.float64)
+                        for col in (zip(*rows) if rows else ((), (), ())))
+    return run_series_from_columns(output.label, {"ttft_ms": ttft, "tpot_ms": tpot, "e2el_ms": e2el},
+                                   output.result.step_log.to_columns())
+# -- end of adapter
 
 
 def format_table(summaries: list[dict]) -> str:

@@ -77,7 +77,7 @@ def test_run_exits_0_and_prints_one_table_row_per_scheduler(toy_run):
         assert int(row[-1]) == summary["num_steps"]
 
 
-def test_run_writes_three_result_files_per_scheduler_and_a_png(toy_run):
+def test_run_writes_three_result_files_per_scheduler_and_one_overview_png(toy_run):
     proc, out_dir = toy_run
     for scheduler in SCHEDULERS:
         for name in RESULT_FILES:
@@ -85,9 +85,11 @@ def test_run_writes_three_result_files_per_scheduler_and_a_png(toy_run):
         assert len(read_requests(out_dir / scheduler / "requests.csv")) == 16
         summary = json.loads((out_dir / scheduler / "summary.json").read_text())
         assert (summary["scheduler"], summary["completed"], summary["seed"]) == (scheduler, 16, 0)
-    pngs = sorted(out_dir.glob("*.png"))
-    assert pngs and all(p.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") for p in pngs)
-    assert f"plot: {pngs[0]}" in proc.stdout
+    images = sorted(p.name for p in out_dir.iterdir() if p.suffix in (".png", ".svg"))
+    assert images == ["run_overview.png"]   # the other plots are `servesim plot`'s
+    assert (out_dir / "run_overview.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert [line for line in proc.stdout.splitlines() if line.startswith("plot:")] == [
+        f"plot: {out_dir / 'run_overview.png'}"]
 
 
 def test_static_batching_takes_the_longest_member_of_each_batch_of_four(toy_run):

@@ -1,10 +1,16 @@
-"""Plots: files exist (PNG and SVG), axes are labelled, one line per scheduler, SLO lines when
-given; the batch timeline matches the hand-worked toy (tests/test_toy_static_vs_continuous.py)."""
+"""Plots: files exist (PNG, and SVG where asked), axes are labelled, one line per scheduler, SLO
+lines when given; a run draws only its overview and `servesim plot` the rest from the files;
+decimation keeps the endpoints and bounds the points; the batch timeline matches the hand-worked
+toy (tests/test_toy_static_vs_continuous.py)."""
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 from matplotlib.container import BarContainer
 from click.testing import CliRunner
@@ -12,14 +18,19 @@ from click.testing import CliRunner
 from tests.test_sweep import quiet_sweep, tiny, write
 
 from simulator.cli import EXIT_USER_ERROR, main
-from simulator.plots.cdfs import LatencySamples, latency_cdfs_figure
+from simulator.parallel_write import can_fork
+from simulator.plots.cdfs import latency_cdfs_figure
 from simulator.plots.curves import sweep_curves, sweep_points_figure, throughput_latency_figure
+from simulator.plots.decimate import (MAX_CDF_POINTS, MAX_EVENTS, MAX_SERIES_POINTS, cdf_points,
+                                      envelope, thin_events)
 from simulator.plots.engine_series import engine_timeseries_figure
 from simulator.plots.figures import SLO_LABEL_PREFIX, pyplot
-from simulator.plots.result_dir import plot_result_dir
+from simulator.plots.overview import overview_figure
+from simulator.plots.run_plots import RunPlots, plot_run
+from simulator.plots.run_series import read_result_dir_series, run_series_from_columns
 from simulator.plots.timeline import read_timeline_csv, record_timeline
 from simulator.plots.timeline_plot import plot_batch_timelines, timeline_figure
-from simulator.run_command import run_scenario_file
+from simulator.run_command import run_scenario_file, run_series
 from simulator.runner import prepare, simulate
 from simulator.scenario import load_scenario
 from simulator.sweep.table import read_sweep_csv
@@ -101,42 +112,199 @@ def test_sweep_without_a_load_axis_draws_bars_per_point_and_scheduler(tmp_path):
     assert [t.get_text() for t in fig.axes[-1].get_xticklabels()] == ["max_num_seqs=4", "max_num_seqs=8"]
 
 
-# -- one run: CDFs and engine state --------------------------------------------------------------
-def test_run_plots_include_latency_cdfs_and_engine_state_per_scheduler(tmp_path):
-    outputs = run_scenario_file(SCENARIOS / "toy_unit.yaml", tmp_path, (), plots=False)
-    from simulator.plots.run_plots import plot_run
-    paths = plot_run(tmp_path, outputs)
-    assert_image_files(paths, "run_overview.png", "latency_cdfs.png", "latency_cdfs.svg",
-                       "engine_timeseries.png", "engine_timeseries.svg")
-    fig = latency_cdfs_figure([LatencySamples.from_requests(o.label, o.result.requests)
-                               for o in outputs], "toy", {"ttft": 50_000.0})
+# -- one run: the overview, then `servesim plot` for the rest -----------------------------------
+IMAGE_SUFFIXES = (".png", ".svg", ".gif")
+
+
+def images_in(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.suffix in IMAGE_SUFFIXES)
+
+
+@pytest.fixture(scope="module")
+def toy_results(tmp_path_factory):
+    """The toy's result folder from a real `servesim run` process (its overview drawn by the
+    forked child where Linux allows) and the same run's outputs in this process."""
+    out_dir = tmp_path_factory.mktemp("toy") / "toy"
+    proc = subprocess.run([sys.executable, "-m", "simulator.cli", "run",
+                           str(SCENARIOS / "toy_unit.yaml"), "-o", str(out_dir)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    outputs = run_scenario_file(SCENARIOS / "toy_unit.yaml", tmp_path_factory.mktemp("here"), (),
+                                plots=False)
+    return out_dir, outputs
+
+
+def test_a_run_in_process_draws_the_same_overview(toy_results, tmp_path):
+    out_dir, _ = toy_results
+    run_scenario_file(SCENARIOS / "toy_unit.yaml", tmp_path / "toy", ())
+    assert images_in(tmp_path / "toy") == ["run_overview.png"]
+    assert (tmp_path / "toy" / "run_overview.png").read_bytes() == (out_dir / "run_overview.png").read_bytes()
+
+
+def test_a_run_draws_only_the_overview_png(toy_results):
+    out_dir, _ = toy_results
+    assert images_in(out_dir) == ["run_overview.png"]
+    assert (out_dir / "run_overview.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_overview_has_latency_cdfs_and_engine_state_one_line_per_scheduler(toy_results):
+    out_dir, outputs = toy_results
+    fig = overview_figure([run_series(o) for o in outputs], "toy")
+    assert [ax.get_xlabel() for ax in fig.axes] == [
+        "TTFT (ms)", "TPOT (ms)", "end-to-end latency (ms)", "time (s)", "time (s)", "time (s)"]
+    assert [ax.get_ylabel() for ax in fig.axes[3:]] == [
+        "running requests", "waiting requests", "KV cache usage (0-1)"]
+    for ax in fig.axes[:3]:
+        lines = ax.get_lines()[:2]
+        assert len(lines) == 2 and all(line.get_ydata()[-1] == 1.0 for line in lines)
+    for ax in fig.axes[3:]:
+        assert len(ax.get_lines()) == 2
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["static", "orca"]
+
+
+def test_overview_from_the_files_is_the_same_picture_as_from_the_run(toy_results, tmp_path):
+    out_dir, outputs = toy_results
+    from_files = {s.label: s for s in read_result_dir_series(out_dir)}
+    for output in outputs:
+        here, there = run_series(output), from_files[output.label]
+        for field in ("ttft_ms", "tpot_ms", "e2el_ms", "step_end_s", "num_running", "num_waiting",
+                      "kv_usage", "num_preemptions"):
+            assert getattr(there, field) == pytest.approx(getattr(here, field), rel=1e-12), field
+    redrawn = plot_run(tmp_path / out_dir.name, [from_files[o.label] for o in outputs])
+    assert redrawn[0].read_bytes() == (out_dir / "run_overview.png").read_bytes()
+
+
+def skip_unless_forking() -> None:
+    if not can_fork():   # asked when the test runs: a test runner's threads may come and go
+        pytest.skip("the child is forked only where parallel_write may fork")
+
+
+def test_the_forked_overview_is_the_same_file_as_one_drawn_here(toy_results, tmp_path):
+    skip_unless_forking()
+    _, outputs = toy_results
+    files = []
+    for fork in (True, False):
+        with RunPlots(tmp_path / str(fork) / "toy", fork=fork) as plots:
+            for output in outputs:
+                plots.add(run_series(output))
+            files.append(plots.finish()[0].read_bytes())
+    assert files[0] == files[1]
+
+
+def test_a_failing_forked_overview_raises_its_own_error(tmp_path):
+    skip_unless_forking()
+    (tmp_path / "toy").write_text("a file where the folder should be")
+    with pytest.raises(OSError):
+        with RunPlots(tmp_path / "toy" / "out", fork=True) as plots:
+            plots.add(run_series_from_columns("x", {"ttft_ms": np.ones(3)}, {}))
+            plots.finish()
+
+
+def test_servesim_plot_draws_the_rest_png_unless_svg_is_asked(toy_results, tmp_path):
+    out_dir, _ = toy_results
+    folder = tmp_path / "toy"
+    shutil.copytree(out_dir, folder)
+    (folder / "run_overview.png").unlink()
+    result = CliRunner().invoke(main, ["plot", str(folder)])
+    assert result.exit_code == 0, result.output
+    names = ["engine_timeseries.png", "latency_cdfs.png", "run_overview.png"]
+    assert images_in(folder) == names
+    assert [line.split("/")[-1] for line in result.output.splitlines()] == [
+        "run_overview.png", "latency_cdfs.png", "engine_timeseries.png"]
+    result = CliRunner().invoke(main, ["plot", str(folder), "--svg"])
+    assert result.exit_code == 0, result.output
+    assert images_in(folder) == sorted(names + [n.replace(".png", ".svg") for n in names])
+    assert_image_files([folder / n for n in images_in(folder)], *images_in(folder))
+
+
+def test_run_figures_read_only_the_files_without_pandas_or_the_simulator(toy_results):
+    """The run plots need numpy, matplotlib and the CSVs: not pandas, nor the simulator's
+    requests, step log or result writer (which are being replaced)."""
+    out_dir, _ = toy_results
+    code = ("import sys\n"
+            "from simulator.plots.run_series import read_result_dir_series\n"
+            "from simulator.plots.overview import overview_figure\n"
+            "from simulator.plots.cdfs import latency_cdfs_figure\n"
+            "from simulator.plots.engine_series import engine_timeseries_figure\n"
+            "from simulator.plots.run_plots import plot_run\n"
+            f"series = read_result_dir_series({str(out_dir)!r})\n"
+            "overview_figure(series, 't'); latency_cdfs_figure(series, 't')\n"
+            "engine_timeseries_figure(series, 't')\n"
+            "bad = [m for m in ('pandas', 'simulator.request', 'simulator.metrics.step_log',\n"
+            "                   'simulator.output', 'simulator.engine') if m in sys.modules]\n"
+            "print(len(series), bad)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2", "[]"]
+
+
+def test_run_cdfs_have_one_line_per_scheduler_ending_at_1_and_slo_lines(toy_results):
+    _, outputs = toy_results
+    fig = latency_cdfs_figure([run_series(o) for o in outputs], "toy", {"ttft": 50_000.0})
     assert [ax.get_xlabel() for ax in fig.axes] == ["TTFT (ms)", "TPOT (ms)", "end-to-end latency (ms)"]
     for ax in fig.axes:
         assert ax.get_ylabel() == "fraction of requests"
         assert scheduler_lines(ax) == ["static", "orca"]
         assert all(line.get_ydata()[-1] == 1.0 for line in ax.get_lines()[:2])
     assert slo_lines(fig.axes[0]) == ["SLO TTFT 50000 ms"]
-    # `servesim plot` reads the same samples back from the written requests.csv files.
-    from_files = LatencySamples.from_requests_csv("orca", tmp_path / "orca" / "requests.csv")
-    from_run = LatencySamples.from_requests("orca", outputs[1].result.requests)
-    assert sorted(from_files.ttft_ms) == pytest.approx(sorted(from_run.ttft_ms), rel=1e-12)
 
 
-def test_engine_state_marks_every_step_that_preempted(tmp_path):
+def test_engine_state_marks_every_step_that_preempted():
     scenario = load_scenario(SCENARIOS / "kv_starved_preemption.yaml", ["workload.num_requests=40"])
     prepared = prepare(scenario)
     outputs = [simulate(prepared, run) for run in prepared.runs[:2]]
-    traces = [(o.label, o.result.step_log.to_columns()) for o in outputs]
-    fig = engine_timeseries_figure(traces, "kv")
+    series = [run_series(o) for o in outputs]
+    fig = engine_timeseries_figure(series, "kv")
     assert [ax.get_ylabel() for ax in fig.axes] == ["KV cache usage (0-1)", "running requests",
                                                     "waiting requests"]
     assert fig.axes[-1].get_xlabel() == "time (s)"
     for ax in fig.axes:
         assert scheduler_lines(ax) == ["vllm_v0", "sarathi"]
     marks = fig.axes[0].collections
-    assert [len(m.get_offsets()) for m in marks] == [int((c["num_preemptions"] > 0).sum())
-                                                     for _, c in traces]
+    assert [len(m.get_offsets()) for m in marks] == [int((s.num_preemptions > 0).sum())
+                                                     for s in series]
     assert all(o.summary["num_preemptions"] > 0 for o in outputs)
+
+
+# -- decimation ----------------------------------------------------------------------------------
+def test_cdf_points_keep_every_sample_up_to_the_bound_then_evenly_spaced_ranks():
+    few = np.array([3.0, 1.0, 2.0])
+    x, y = cdf_points(few)
+    assert x.tolist() == [1.0, 2.0, 3.0] and y.tolist() == pytest.approx([1 / 3, 2 / 3, 1.0])
+    samples = np.random.default_rng(0).lognormal(size=100_001)
+    x, y = cdf_points(samples)
+    assert len(x) == MAX_CDF_POINTS
+    assert (x[0], y[0]) == (samples.min(), 1 / len(samples)) and (x[-1], y[-1]) == (samples.max(), 1.0)
+    ranks = np.rint(y * len(samples)).astype(int) - 1   # exact points of the empirical CDF
+    assert np.array_equal(x, np.sort(samples)[ranks]) and np.all(np.diff(ranks) > 0)
+    assert len(cdf_points(samples, 10)[0]) == 10
+
+
+def test_envelope_keeps_the_endpoints_and_each_buckets_extremes_within_the_bound():
+    rng = np.random.default_rng(1)
+    t = np.cumsum(rng.exponential(size=50_000))
+    y = rng.integers(0, 50, size=len(t)).astype(float)
+    y[12_345] = 999.0   # one spike: a stride would likely skip it
+    tt, yy = envelope(t, y)
+    assert len(tt) <= MAX_SERIES_POINTS
+    assert (tt[0], yy[0], tt[-1], yy[-1]) == (t[0], y[0], t[-1], y[-1])
+    assert np.all(np.diff(tt) >= 0) and set(zip(tt, yy)) <= set(zip(t, y))   # real samples, in order
+    assert yy.max() == 999.0 and yy.min() == y.min()
+    short_t, short_y = envelope(t[:100], y[:100])
+    assert np.array_equal(short_t, t[:100]) and np.array_equal(short_y, y[:100])
+    assert len(envelope(np.zeros(5000), y[:5000])[0]) <= MAX_SERIES_POINTS   # all at one time
+
+
+def test_thin_events_keeps_all_marks_up_to_the_bound_then_the_biggest_per_bucket():
+    t = np.arange(20_000, dtype=float)
+    weight = np.where(t % 3 == 0, 1.0, 0.0)
+    weight[6_000] = 7.0
+    kept = thin_events(t, weight)
+    assert len(kept) <= MAX_EVENTS and np.all(weight[kept] > 0) and 6_000 in kept
+    assert np.all(np.diff(kept) > 0)
+    assert thin_events(t[:30], weight[:30]).tolist() == list(range(0, 30, 3))
 
 
 # -- batch timeline ------------------------------------------------------------------------------

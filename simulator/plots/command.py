@@ -12,12 +12,14 @@ BIG_TIMELINE_REQUESTS = 200
 
 @click.command()
 @click.argument("result_dir", type=click.Path(file_okay=False, path_type=Path))
-def plot(result_dir: Path) -> None:
-    """Draw every plot the files in RESULT_DIR allow (sweep curves, CDFs, engine state, timeline)."""
+@click.option("--svg", is_flag=True, help="Also write each plot as SVG (default: PNG only).")
+def plot(result_dir: Path, svg: bool) -> None:
+    """Draw every plot the files in RESULT_DIR allow (sweep curves, run overview, latency CDFs,
+    engine state, batch timeline)."""
     from simulator.plots.result_dir import plot_result_dir
     from simulator.cli_common import fail
     try:
-        paths = plot_result_dir(result_dir)
+        paths = plot_result_dir(result_dir, ("png", "svg") if svg else ("png",))
     except ValueError as exc:
         fail(str(exc))
     if not paths:

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from simulator.plots.figures import draw_slo, pyplot, save_figure
+from simulator.plots.figures import FORMATS, draw_slo, pyplot, save_figure
 from simulator.sweep.stats import Curve, curves, mean_ci95, point_label, to_float
 
 X_METRIC = "output_throughput"
@@ -26,8 +26,9 @@ def sweep_curves(rows: list[dict], load_key: str, param_keys: Sequence[str]) -> 
 
 
 def plot_throughput_latency(all_curves: list[Curve], base: Path, title: str,
-                            slos_ms: dict[str, float] | None = None) -> list[Path]:
-    return save_figure(throughput_latency_figure(all_curves, title, slos_ms), base)
+                            slos_ms: dict[str, float] | None = None,
+                            formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    return save_figure(throughput_latency_figure(all_curves, title, slos_ms), base, formats)
 
 
 def throughput_latency_figure(all_curves: list[Curve], title: str,
@@ -83,8 +84,8 @@ def _draw_curve(ax, curve: Curve, metric: str) -> None:
 
 
 def plot_sweep_points(rows: list[dict], param_keys: Sequence[str], base: Path,
-                      title: str) -> list[Path]:
-    return save_figure(sweep_points_figure(rows, param_keys, title), base)
+                      title: str, formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    return save_figure(sweep_points_figure(rows, param_keys, title), base, formats)
 
 
 def sweep_points_figure(rows: list[dict], param_keys: Sequence[str], title: str):

@@ -5,31 +5,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
-from simulator.plots.figures import pyplot, save_figure
+from simulator.plots.decimate import envelope, thin_events
+from simulator.plots.figures import FORMATS, new_figure, save_figure
+from simulator.plots.run_series import RunSeries
 
 PANELS = (("kv_usage", "KV cache usage (0-1)"), ("num_running", "running requests"),
           ("num_waiting", "waiting requests"))
-MAX_POINTS = 20_000   # per line: more is invisible and bloats the SVG
 
 
-def plot_engine_timeseries(traces: Sequence[tuple[str, dict[str, np.ndarray]]], base: Path,
-                           title: str) -> list[Path]:
-    return save_figure(engine_timeseries_figure(traces, title), base)
+def plot_engine_timeseries(series: Sequence[RunSeries], base: Path, title: str,
+                           formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    return save_figure(engine_timeseries_figure(series, title), base, formats)
 
 
-def engine_timeseries_figure(traces: Sequence[tuple[str, dict[str, np.ndarray]]], title: str):
-    """``traces``: (scheduler label, steps.csv columns). One line per scheduler per panel."""
-    plt = pyplot()
-    fig, axes = plt.subplots(len(PANELS), 1, figsize=(12, 9), sharex=True)
-    for label, cols in traces:
-        keep = _thin(len(cols["end_s"]))
+def engine_timeseries_figure(series: Sequence[RunSeries], title: str):
+    """One line per scheduler per panel (runs without steps are left out)."""
+    fig = new_figure(figsize=(12, 9))
+    axes = fig.subplots(len(PANELS), 1, sharex=True)
+    for s in series:
+        if not len(s.step_end_s):
+            continue
         for ax, (name, _) in zip(axes, PANELS):
-            (line,) = ax.step(cols["end_s"][keep], cols[name][keep], where="post", label=label,
-                              linewidth=1)
+            (line,) = ax.step(*envelope(s.step_end_s, getattr(s, name)), where="post",
+                              label=s.label, linewidth=1)
             if name == "kv_usage":
-                _mark_preemptions(ax, cols, line.get_color(), label)
+                _mark_preemptions(ax, s, line.get_color())
     for ax, (_, ylabel) in zip(axes, PANELS):
         ax.set(ylabel=ylabel)
         ax.grid(alpha=0.3)
@@ -40,12 +40,8 @@ def engine_timeseries_figure(traces: Sequence[tuple[str, dict[str, np.ndarray]]]
     return fig
 
 
-def _thin(n: int) -> slice:
-    return slice(None, None, max(1, n // MAX_POINTS))
-
-
-def _mark_preemptions(ax, cols: dict[str, np.ndarray], color, label: str) -> None:
-    hit = cols["num_preemptions"] > 0
-    if hit.any():   # a scatter is a collection, so the lines stay one per scheduler
-        ax.scatter(cols["end_s"][hit], cols["kv_usage"][hit], marker="x", s=18, color=color,
-                   label=f"{label} preemptions ({int(cols['num_preemptions'].sum())})", zorder=3)
+def _mark_preemptions(ax, s: RunSeries, color) -> None:
+    hit = thin_events(s.step_end_s, s.num_preemptions)
+    if len(hit):   # a scatter is a collection, so the lines stay one per scheduler
+        ax.scatter(s.step_end_s[hit], s.kv_usage[hit], marker="x", s=18, color=color,
+                   label=f"{s.label} preemptions ({s.total_preemptions})", zorder=3)

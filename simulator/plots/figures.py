@@ -1,10 +1,11 @@
-"""Shared figure plumbing: a headless pyplot, atomic PNG + SVG saving, CSV columns as floats."""
+"""Shared figure plumbing: a headless figure, atomic PNG + SVG saving, CSV columns as floats."""
 from __future__ import annotations
 
 import csv
 import os
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -22,9 +23,20 @@ def pyplot():
     return plt
 
 
+def new_figure(**kwargs):
+    """A figure to draw and save: pyplot's when pyplot is loaded (so a notebook shows it), else a
+    bare one on the Agg canvas (writing a file needs neither pyplot nor its figure manager)."""
+    if "matplotlib.pyplot" in sys.modules:
+        return pyplot().figure(**kwargs)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    fig = Figure(**kwargs)
+    FigureCanvasAgg(fig)
+    return fig
+
+
 def save_figure(fig, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
     """``base`` without suffix -> ``base.png``, ``base.svg``; each written whole or not at all."""
-    plt = pyplot()
     base.parent.mkdir(parents=True, exist_ok=True)
     paths = []
     for fmt in formats:
@@ -33,7 +45,8 @@ def save_figure(fig, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Pat
         fig.savefig(tmp, dpi=110, format=fmt, metadata=_metadata(fmt))
         os.replace(tmp, path)
         paths.append(path)
-    plt.close(fig)
+    if "matplotlib.pyplot" in sys.modules:   # a pyplot figure stays open until closed
+        pyplot().close(fig)
     return paths
 
 
@@ -42,14 +55,22 @@ def _metadata(fmt: str) -> dict:
     return {"Date": None} if fmt == "svg" else {}
 
 
-def read_columns(path: Path) -> dict[str, np.ndarray]:
-    """A results CSV as float columns (empty cells are NaN)."""
+def read_columns(path: Path, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """A results CSV as float columns (empty or non-numeric cells are NaN): ``names`` only, when
+    given (those the file lacks are left out), else every column."""
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = next(reader, [])
         rows = list(reader)
-    return {name: np.array([_float(r[i]) for r in rows], dtype=np.float64)
-            for i, name in enumerate(header)}
+    wanted = header if names is None else [n for n in names if n in header]
+    return {name: _floats([r[i] for r in rows]) for name, i in ((n, header.index(n)) for n in wanted)}
+
+
+def _floats(cells: list[str]) -> np.ndarray:
+    try:
+        return np.array([c or "nan" for c in cells], dtype=np.float64)
+    except ValueError:   # a non-numeric cell (e.g. a label): NaN for that cell only
+        return np.array([_float(c) for c in cells], dtype=np.float64)
 
 
 def _float(cell: str) -> float:

@@ -2,8 +2,8 @@
 
 - ``sweep.csv`` (+ ``sweep.json``): throughput vs latency curves when a load axis was swept,
   else bars per sweep point;
-- ``<scheduler>/requests.csv`` and ``steps.csv`` (from `servesim run`): latency CDFs and the
-  engine state over time;
+- ``<scheduler>/requests.csv`` and ``steps.csv`` (from `servesim run`): the run overview (the one
+  figure `servesim run` draws itself), latency CDFs and the engine state over time;
 - ``<scheduler>/timeline.csv`` (from `servesim timeline`): the batch timeline.
 """
 from __future__ import annotations
@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from simulator.plots.cdfs import LatencySamples, plot_latency_cdfs
+from simulator.plots.cdfs import plot_latency_cdfs
 from simulator.plots.curves import plot_sweep_points, plot_throughput_latency, sweep_curves
 from simulator.plots.engine_series import plot_engine_timeseries
-from simulator.plots.figures import read_columns
+from simulator.plots.figures import FORMATS
+from simulator.plots.overview import RUN_OVERVIEW, plot_run_overview
+from simulator.plots.run_series import read_result_dir_series
 from simulator.plots.timeline import TIMELINE_CSV, read_timeline_csv
 from simulator.plots.timeline_plot import plot_batch_timelines
 from simulator.sweep.plan import LOAD_KEYS
@@ -24,25 +26,27 @@ THROUGHPUT_LATENCY, SWEEP_POINTS = "throughput_latency", "sweep_points"
 LATENCY_CDFS, ENGINE_TIMESERIES, BATCH_TIMELINE = "latency_cdfs", "engine_timeseries", "batch_timeline"
 
 
-def plot_result_dir(result_dir: Path) -> list[Path]:
+def plot_result_dir(result_dir: Path, formats: tuple[str, ...] = ("png",)) -> list[Path]:
+    """Every figure the folder's files allow, in each of ``formats``."""
     result_dir = Path(result_dir)
     if not result_dir.is_dir():
         raise ValueError(f"{result_dir}: no such result folder")
     paths: list[Path] = []
     if (result_dir / SWEEP_CSV).is_file():
-        paths += plot_sweep_csv(result_dir)
-    runs = sorted(p for p in result_dir.iterdir() if (p / "requests.csv").is_file())
-    if runs:
+        paths += plot_sweep_csv(result_dir, formats)
+    series = read_result_dir_series(result_dir)
+    if series:
         title = result_dir.name
-        paths += plot_latency_cdfs([LatencySamples.from_requests_csv(p.name, p / "requests.csv")
-                                    for p in runs], result_dir / LATENCY_CDFS, title)
-        paths += plot_engine_timeseries([(p.name, read_columns(p / "steps.csv")) for p in runs
-                                         if (p / "steps.csv").is_file()],
-                                        result_dir / ENGINE_TIMESERIES, title)
+        paths += plot_run_overview(series, result_dir / RUN_OVERVIEW, title, formats)
+        paths += plot_latency_cdfs(series, result_dir / LATENCY_CDFS, title, formats=formats)
+        with_steps = [s for s in series if len(s.step_end_s)]
+        if with_steps:
+            paths += plot_engine_timeseries(with_steps, result_dir / ENGINE_TIMESERIES, title,
+                                            formats)
     timelines = sorted(p for p in result_dir.iterdir() if (p / TIMELINE_CSV).is_file())
     if timelines:
         paths += plot_batch_timelines([read_timeline_csv(p.name, p / TIMELINE_CSV) for p in timelines],
-                                      result_dir / BATCH_TIMELINE, result_dir.name)
+                                      result_dir / BATCH_TIMELINE, result_dir.name, formats=formats)
     return paths
 
 
@@ -66,7 +70,7 @@ def sweep_plots_up_to_date(result_dir: Path) -> bool:
     return any(p.exists() and p.stat().st_mtime >= newest_input for p in plots)
 
 
-def plot_sweep_csv(result_dir: Path) -> list[Path]:
+def plot_sweep_csv(result_dir: Path, formats: tuple[str, ...] = FORMATS) -> list[Path]:
     rows = read_sweep_csv(result_dir / SWEEP_CSV)
     if not rows:
         return []
@@ -75,5 +79,5 @@ def plot_sweep_csv(result_dir: Path) -> list[Path]:
     if meta.get("load_key"):
         curves = sweep_curves(rows, meta["load_key"], meta["param_keys"])
         return plot_throughput_latency(curves, result_dir / THROUGHPUT_LATENCY, title,
-                                       meta.get("slos_ms"))
-    return plot_sweep_points(rows, meta["param_keys"], result_dir / SWEEP_POINTS, title)
+                                       meta.get("slos_ms"), formats)
+    return plot_sweep_points(rows, meta["param_keys"], result_dir / SWEEP_POINTS, title, formats)

@@ -1,58 +1,77 @@
-"""Plots written by `servesim run`: latency CDFs and engine state over time, one line per scheduler."""
+"""The plots `servesim run` draws: ``run_overview.png`` only; `servesim plot DIR` draws the rest
+from the written files (result_dir.py).
+
+``RunPlots`` is started before the first run. Where a helper process may be forked
+(``parallel_write.can_fork``), a child imports matplotlib and lays out the figure while the
+schedulers simulate, adds each run as it is handed over, and saves the figure once told the runs
+are done; elsewhere the figure is drawn in this process at the end. Either way the file is the same.
+"""
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
-import numpy as np
+from simulator.parallel_write import Helper, Inbox, can_fork
+from simulator.plots.overview import RUN_OVERVIEW, OverviewDrawing
+from simulator.plots.figures import save_figure
+from simulator.plots.run_series import RunSeries
 
-from simulator.plots.cdfs import LatencySamples, plot_latency_cdfs
-from simulator.plots.engine_series import plot_engine_timeseries
-from simulator.plots.figures import pyplot, save_figure
-from simulator.plots.result_dir import ENGINE_TIMESERIES, LATENCY_CDFS
-
-
-def plot_run(out_dir: Path, outputs) -> list[Path]:
-    """``run_overview.png`` (the quick look), plus ``latency_cdfs`` and ``engine_timeseries``
-    (PNG and SVG) as `servesim plot` draws them from the written files."""
-    out_dir = Path(out_dir)
-    paths = [_overview(out_dir, outputs)]
-    paths += plot_latency_cdfs([LatencySamples.from_requests(o.label, o.result.requests)
-                                for o in outputs], out_dir / LATENCY_CDFS, out_dir.name)
-    paths += plot_engine_timeseries([(o.label, o.result.step_log.to_columns()) for o in outputs],
-                                    out_dir / ENGINE_TIMESERIES, out_dir.name)
-    return paths
+_DONE = None   # what the parent sends once every run has been handed over
 
 
-def _overview(out_dir: Path, outputs) -> Path:
-    plt = pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    for output in outputs:
-        _latency_cdfs(axes[0], output)
-        _engine_series(axes[1], output)
-    for ax in axes.flat:
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"{out_dir.name}: latency and engine state per scheduler")
-    fig.tight_layout()
-    return save_figure(fig, out_dir / "run_overview", formats=("png",))[0]
+class RunPlots:
+    """``add`` each run's ``RunSeries`` in run order, then ``finish`` (the written paths). Used as
+    a context manager, so that leaving on an error ends the child."""
+
+    def __init__(self, out_dir: Path, fork: bool | None = None):
+        out_dir = Path(out_dir)
+        self.base, self.title = out_dir / RUN_OVERVIEW, out_dir.name
+        self._series: list[RunSeries] = []
+        use_child = can_fork() if fork is None else fork
+        self._helper = Helper(partial(_draw_in_child, self.base, self.title)) if use_child else None
+
+    def add(self, series: RunSeries) -> None:
+        if self._helper is None:
+            self._series.append(series)
+        else:   # spilled: the parent never waits for a child still importing matplotlib
+            self._helper.send(series, spill=True)
+
+    def finish(self) -> list[Path]:
+        if self._helper is None:
+            return _draw(OverviewDrawing(self.title), self._series, self.base)
+        helper, self._helper = self._helper, None
+        helper.send(_DONE)
+        helper.wait()   # raises the child's own exception if it failed
+        return [self.base.with_name(f"{self.base.name}.png")]
+
+    def kill(self) -> None:
+        if self._helper is not None:
+            self._helper.kill()
+            self._helper = None
+
+    def __enter__(self) -> "RunPlots":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.kill()   # after finish there is nothing left to end
 
 
-def _latency_cdfs(axes, output) -> None:
-    reqs = [r for r in output.result.requests if r.finish_s is not None]
-    ttft_ms = np.sort([(r.first_token_s - r.arrival_s) * 1e3 for r in reqs])
-    e2e_ms = np.sort([(r.finish_s - r.arrival_s) * 1e3 for r in reqs])
-    frac = np.arange(1, len(reqs) + 1) / max(1, len(reqs))
-    axes[0].plot(ttft_ms, frac, label=output.label)
-    axes[0].set(xlabel="TTFT (ms)", ylabel="fraction of requests", title="TTFT CDF", xscale="log")
-    axes[1].plot(e2e_ms, frac, label=output.label)
-    axes[1].set(xlabel="end-to-end latency (ms)", ylabel="fraction of requests",
-                title="E2E latency CDF", xscale="log")
+def plot_run(out_dir: Path, series: list[RunSeries]) -> list[Path]:
+    """``out_dir/run_overview.png`` from each scheduler's ``RunSeries``, in run order, here."""
+    with RunPlots(out_dir, fork=False) as plots:
+        for s in series:
+            plots.add(s)
+        return plots.finish()
 
 
-def _engine_series(axes, output) -> None:
-    cols = output.result.step_log.to_columns()
-    t = cols["end_s"]
-    axes[0].step(t, cols["num_running"], where="post", label=f"{output.label} running")
-    axes[0].set(xlabel="time (s)", ylabel="requests", title="running requests")
-    axes[1].step(t, cols["kv_usage"], where="post", label=output.label)
-    axes[1].set(xlabel="time (s)", ylabel="KV cache usage (0-1)", title="KV cache usage")
+def _draw_in_child(base: Path, title: str, inbox: Inbox) -> None:
+    drawing = OverviewDrawing(title)
+    while (series := inbox.receive()) is not _DONE:
+        drawing.add(series)   # while the next run simulates
+    save_figure(drawing.finish(), base, ("png",))
+
+
+def _draw(drawing: OverviewDrawing, series: list[RunSeries], base: Path) -> list[Path]:
+    for s in series:
+        drawing.add(s)
+    return save_figure(drawing.finish(), base, ("png",))

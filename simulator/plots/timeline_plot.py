@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from simulator.plots.figures import pyplot, save_figure
+from simulator.plots.figures import FORMATS, pyplot, save_figure
 from simulator.plots.timeline import COLORS, SlotTimeline
 
 MAX_LABELLED_REQUESTS = 48   # request ids written inside the bars up to this many requests
@@ -14,10 +14,11 @@ GIF_DPI = 60           # a GIF redraws the whole figure per frame: keep it small
 
 
 def plot_batch_timelines(timelines: Sequence[SlotTimeline], base: Path, title: str,
-                         gif: bool = False, gif_frames: int = GIF_FRAMES) -> list[Path]:
+                         gif: bool = False, gif_frames: int = GIF_FRAMES,
+                         formats: tuple[str, ...] = FORMATS) -> list[Path]:
     fig, axes = _draw(timelines, title)
     paths = _save_gif(fig, axes, max(t.end_s for t in timelines), base, gif_frames) if gif else []
-    return paths + save_figure(fig, base)
+    return paths + save_figure(fig, base, formats)
 
 
 def timeline_figure(timelines: Sequence[SlotTimeline], title: str):
