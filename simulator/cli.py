@@ -47,9 +47,11 @@ def main() -> None:
 @main.command()
 @scenario_arguments
 @scheduler_option
-@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--no-plots", is_flag=True, help="Skip the overview plot.")
+@click.option("--format", "file_format", type=click.Choice(["csv", "parquet"]), default="csv",
+              show_default=True, help="Format of requests and steps (parquet for large runs).")
 def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
-        schedulers: tuple[str, ...], no_plots: bool) -> None:
+        schedulers: tuple[str, ...], no_plots: bool, file_format: str) -> None:
     """Run every scheduler of SCENARIO_FILE (or those --scheduler names) on the same workload
     and write results."""
     # Before numpy loads: OpenBLAS would start a thread per core for a simulation that does no
@@ -61,7 +63,7 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
     from simulator.scenario import ScenarioError
     try:
         outputs = run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots,
-                                    schedulers=schedulers)
+                                    schedulers=schedulers, file_format=file_format)
     except (ScenarioError, NoProgressError) as exc:
         fail(str(exc))
     keep_until_exit(outputs)

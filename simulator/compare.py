@@ -134,7 +134,7 @@ def format_capacity_table(capacities, unit: str) -> str:
 
 
 def write_capacity_csv(capacities, path: Path, unit: str) -> Path:
-    from simulator.output import atomic_write
+    from simulator.results.atomic import atomic_write
 
     def write(f) -> None:
         writer = csv.writer(f, lineterminator="\n")

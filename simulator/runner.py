@@ -1,10 +1,9 @@
 """From a validated scenario to results: everything impossible is caught before any run starts."""
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -16,9 +15,10 @@ from cost_models.model_spec import ModelSpec, load_model
 from simulator.policies.defaults import default_max_num_batched_tokens, default_max_num_seqs
 from simulator.engine.simulation import Simulation, SimulationResult
 from simulator.kv.block_pool import KVCache
-from simulator.metrics.request_arrays import FinishedRequests
-from simulator.metrics.step_log import StepLog
-from simulator.metrics.summary import summarize
+from simulator.results.files import ResultFolder
+from simulator.results.request_table import RequestTable
+from simulator.results.step_table import StepTable
+from simulator.results.summary import summarize
 from simulator.core.request import Request
 from simulator.scenario import Scenario, ScenarioError
 from simulator.policies.base import Scheduler, SchedulerContext
@@ -112,41 +112,33 @@ def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, o
     return PreparedRun(options.label, probe.options, cls, blocks, context)
 
 
-def make_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False,
-                  freeze: bool = False) -> list[Request]:
-    """The trace's requests (``keep_itl_gaps``: each with an empty list for its gaps), made with
-    the cycle collector paused: a million new objects would otherwise set off several full
-    collections, each traversing every request made so far. ``freeze``: then every live object
-    is frozen (``gc.freeze``) before the collector resumes, so that no collection traverses the
-    requests during the run either; the caller unfreezes (``gc.unfreeze``, which thaws every
-    frozen object) once the run is over. Requests hold no reference cycles: the collector has
-    nothing to find in them."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        requests = _new_requests(trace)
-        if keep_itl_gaps:
-            for r in requests:
-                r.itl_gaps_s = []
-        if freeze:
-            gc.freeze()
-    finally:
-        if enabled:
-            gc.enable()
-    return requests
+def iter_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False) -> Iterator[Request]:
+    """The trace's requests in id order, made a chunk at a time as the arrival process reaches
+    them, so that only the requests in flight are objects (``keep_itl_gaps``: each with an empty
+    list for its gaps)."""
+    ids, prio = trace.prompt_token_ids, trace.priority
+    for start in range(0, len(trace), _REQUEST_CHUNK):
+        stop = min(start + _REQUEST_CHUNK, len(trace))
+        columns = (range(start, stop), trace.arrival_s[start:stop].tolist(),
+                   trace.num_prompt_tokens[start:stop].tolist(), trace.max_output_tokens[start:stop].tolist())
+        if ids is None and prio is None:
+            requests = map(Request, *columns)
+        else:
+            requests = (Request(i, a, p, o, prompt_token_ids=ids[i] if ids is not None else None,
+                                priority=int(prio[i]) if prio is not None else 0)
+                        for i, a, p, o in zip(*columns))
+        for request in requests:
+            if keep_itl_gaps:
+                request.itl_gaps_s = []
+            yield request
 
 
-def _new_requests(trace: WorkloadTrace) -> list[Request]:
-    ids = trace.prompt_token_ids
-    prio = trace.priority
-    columns = (trace.arrival_s.tolist(), trace.num_prompt_tokens.tolist(),
-               trace.max_output_tokens.tolist())   # Python floats and ints
-    if ids is None and prio is None:   # the usual synthetic workload: one C-level map
-        return list(map(Request, range(len(columns[0])), *columns))
-    return [Request(i, float(a), int(p), int(o),
-                    prompt_token_ids=ids[i] if ids is not None else None,
-                    priority=int(prio[i]) if prio is not None else 0)
-            for i, (a, p, o) in enumerate(zip(*columns))]
+_REQUEST_CHUNK = 65_536
+
+
+def make_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False) -> list[Request]:
+    """All the trace's requests at once (tests and tools that read them afterwards)."""
+    return list(iter_requests(trace, keep_itl_gaps))
 
 
 def check_requests_fit(prepared: Prepared, run: PreparedRun) -> None:
@@ -187,44 +179,38 @@ def _budget_note(scheduler: Scheduler) -> str:
     return " - 1"
 
 
-@dataclass(eq=False, repr=False)   # likewise (PreparedRun)
+@dataclass(eq=False, repr=False)
 class RunOutput:
     label: str
     result: SimulationResult
     summary: dict
     num_gpu_blocks: int
+    requests: RequestTable
+    steps: StepTable
 
 
 def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
-             step_log: StepLog | None = None, writer=None) -> RunOutput:
-    """Run one scheduler; ``step_log``: an empty log to record the steps in, else a new one.
-    ``writer``: a ``ResultWriter`` the run is written by (its log records the steps; it is
-    shown the requests, to write them as they finish)."""
-    scenario = prepared.scenario
-    requests = make_requests(prepared.trace, scenario.metrics.record_itl_gaps, freeze=True)
+             files: ResultFolder | None = None) -> RunOutput:
+    """Run one scheduler. ``files``: a result folder the tables are written to as the run goes
+    (the run then keeps only the step series the summary and plots read)."""
+    scenario, trace = prepared.scenario, prepared.trace
     schedulers = [run.scheduler_cls(run.options, run.scheduler_cls.make_kv_cache(
         run.options, run.num_gpu_blocks, scenario.engine.block_size), run.context)
         for _ in range(scenario.engine.num_replicas)]
-    if writer is not None:
-        step_log = writer.step_log
-        # Requests are read as they finish only where finishing is their last change.
-        if all(s.finished_requests_final for s in schedulers):
-            writer.watch_requests(requests)
-    step_log = StepLog() if step_log is None else step_log
-    sim = Simulation(requests, schedulers, prepared.cost_model, step_log,
-                     max_concurrency=prepared.trace.max_concurrency, router=scenario.engine.router,
-                     fast_path=fast_path)
-    try:
-        result = sim.run()
-        # The requests no longer change: the summary and the result files share one reading.
-        requests = result.requests = FinishedRequests(result.requests) if writer is None \
-            else writer.finished_requests(result.requests)
-    finally:
-        gc.unfreeze()   # make_requests froze them (a failed run too)
+    requests = RequestTable(len(trace), keep_gaps=scenario.metrics.record_itl_gaps,
+                            sink=files.requests if files is not None else None)
+    steps = StepTable(sink=files.steps if files is not None else None)
+    sim = Simulation(iter_requests(trace, scenario.metrics.record_itl_gaps), schedulers,
+                     prepared.cost_model, steps, num_requests=len(trace),
+                     max_concurrency=trace.max_concurrency, router=scenario.engine.router,
+                     on_finished=requests.record, fast_path=fast_path)
+    result = sim.run()
+    requests.flush()
+    steps.flush()
     goodput = scenario.metrics.goodput.as_dict() if scenario.metrics.goodput else None
-    summary = summarize(requests, duration_s=None if not requests else result.end_s - _run_start(prepared),
+    summary = summarize(requests, duration_s=result.end_s - _run_start(prepared),
                         percentiles=scenario.metrics.percentiles, goodput_slos_ms=goodput,
-                        step_log=step_log, max_concurrency=prepared.trace.max_concurrency)
+                        steps=steps, max_concurrency=trace.max_concurrency)
     kvs = [s.kv for s in schedulers]
     queries = sum(kv.num_queries_tokens for kv in kvs)
     hits = sum(kv.num_hit_tokens for kv in kvs)
@@ -234,7 +220,7 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
                    max_num_seqs=run.options.max_num_seqs,
                    max_num_batched_tokens=run.options.max_num_batched_tokens,
                    model=prepared.model.name, hardware=prepared.hardware.name, seed=scenario.seed)
-    return RunOutput(run.label, result, summary, run.num_gpu_blocks)
+    return RunOutput(run.label, result, summary, run.num_gpu_blocks, requests, steps)
 
 
 def _run_start(prepared: Prepared) -> float:

@@ -2,7 +2,7 @@
 step k runs, with placeholders for the tokens not yet sampled."""
 from cost_models.unit import UnitCostModel
 from simulator.engine.simulation import Simulation
-from simulator.metrics.step_log import StepLog
+from simulator.results.step_table import StepTable
 from simulator.core.request import Request
 from tests.sched_helpers import make_scheduler
 
@@ -10,7 +10,7 @@ from tests.sched_helpers import make_scheduler
 def run(requests, async_scheduling, **kw):
     s = make_scheduler("vllm_v1", max_num_seqs=4, max_num_batched_tokens=64, block_size=4,
                        async_scheduling=async_scheduling, enable_prefix_caching=False, **kw)
-    log = StepLog()
+    log = StepTable()
     Simulation(requests, [s], UnitCostModel(fixed_step_time_s=1.0), log).run()
     return s, log.to_columns()
 
@@ -43,7 +43,7 @@ def test_a_finished_request_frees_its_seat_one_step_later():
         a, c, b = Request(0, 0.0, 4, 2), Request(1, 0.0, 4, 10), Request(2, 0.0, 4, 1)
         s = make_scheduler("vllm_v1", max_num_seqs=2, max_num_batched_tokens=64, block_size=4,
                            async_scheduling=async_on, enable_prefix_caching=False)
-        Simulation([a, c, b], [s], UnitCostModel(fixed_step_time_s=1.0), StepLog()).run()
+        Simulation([a, c, b], [s], UnitCostModel(fixed_step_time_s=1.0), StepTable()).run()
         assert (a.finish_s, b.first_token_s) == (2.0, first_token), async_on
 
 
@@ -53,5 +53,5 @@ def test_with_an_empty_queue_async_adds_no_delay():
         a, b = Request(0, 0.0, 4, 2), Request(1, 0.0, 4, 1)
         s = make_scheduler("vllm_v1", max_num_seqs=1, max_num_batched_tokens=64, block_size=4,
                            async_scheduling=async_on, enable_prefix_caching=False)
-        Simulation([a, b], [s], UnitCostModel(fixed_step_time_s=1.0), StepLog()).run()
+        Simulation([a, b], [s], UnitCostModel(fixed_step_time_s=1.0), StepTable()).run()
         assert (a.finish_s, b.first_token_s) == (2.0, 3.0), async_on

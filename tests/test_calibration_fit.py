@@ -106,7 +106,7 @@ def test_fitted_file_times_every_step_of_a_scenario_run(fitted):
         "schedulers": [{"preset": "vllm_v1", "max_num_seqs": 32, "max_num_batched_tokens": 2048}],
     })
     prepared = prepare(scenario)
-    request = simulate(prepared, prepared.runs[0]).result.requests[0]
+    request = simulate(prepared, prepared.runs[0]).requests.rows()[0]
     model = load_cost_model(json.loads(model_path.read_text()))
     prefill_s = model.step_time_s(BatchShape.of([PROMPT_TOKENS], [0]))
     decodes_s = sum(model.step_time_s(BatchShape.of([1], [PROMPT_TOKENS + i]))

@@ -187,14 +187,14 @@ def test_run_that_cannot_progress_stops_with_a_diagnosis(preset: str):
     from cost_models.unit import UnitCostModel
     from simulator.engine.simulation import Simulation
     from simulator.kv.block_pool import KVCache
-    from simulator.metrics.step_log import StepLog
+    from simulator.results.step_table import StepTable
     from simulator.engine.progress import NoProgressError
     from simulator.core.request import Request
     from tests.sched_helpers import make_scheduler
     scheduler = make_scheduler(preset, num_gpu_blocks=101, block_size=16, max_model_len=2048,
                                max_num_seqs=4, max_num_batched_tokens=2048)
     assert isinstance(scheduler.kv, KVCache)
-    sim = Simulation([Request(0, 0.0, 1600, 1)], [scheduler], UnitCostModel(), StepLog())
+    sim = Simulation([Request(0, 0.0, 1600, 1)], [scheduler], UnitCostModel(), StepTable())
     with pytest.raises(NoProgressError) as exc:
         sim.run()
     assert str(exc.value) == (

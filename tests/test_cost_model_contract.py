@@ -73,5 +73,5 @@ def test_a_one_method_cost_model_runs_every_preset_on_both_paths(index):
     assert fingerprint(fast) == fingerprint(stepwise)
     assert fast.summary["completed"] == scenario["workload"]["num_requests"]
     # The toy's own times: a step's duration is its formula of the logged work.
-    steps = fast.result.step_log.to_columns()
+    steps = fast.steps.to_columns()
     assert np.all(steps["end_s"] - steps["start_s"] >= 1e-3 + 2e-5 * steps["num_tokens"] - 1e-12)

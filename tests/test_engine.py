@@ -27,7 +27,7 @@ def test_closed_loop_of_one_client_serves_back_to_back():
     # vLLM bench --max-concurrency 1 with rate inf: the next request is sent when one completes;
     # the wait is client-side queueing, not TTFT (rule 7, trap 15).
     out = run(scenario({"kind": "inf"}, n=4, output=3, concurrency=1))
-    reqs = sorted(out.result.requests, key=lambda r: r.request_id)
+    reqs = sorted(out.requests.rows(), key=lambda r: r.request_id)
     for prev, nxt in zip(reqs, reqs[1:]):
         assert nxt.arrival_s == prev.finish_s
     assert [r.finish_s - r.arrival_s for r in reqs] == [3.0] * 4      # prefill step + 2 decodes
@@ -37,8 +37,8 @@ def test_closed_loop_of_one_client_serves_back_to_back():
 
 def test_closed_loop_caps_requests_in_flight():
     out = run(scenario({"kind": "inf"}, n=12, concurrency=3))
-    events = sorted([(r.arrival_s, 1) for r in out.result.requests] +
-                    [(r.finish_s, -1) for r in out.result.requests])
+    events = sorted([(r.arrival_s, 1) for r in out.requests.rows()] +
+                    [(r.finish_s, -1) for r in out.requests.rows()])
     in_flight = peak = 0
     for _, delta in events:
         in_flight += delta
@@ -49,7 +49,7 @@ def test_closed_loop_caps_requests_in_flight():
 def test_arrivals_during_a_step_join_the_next_step():
     # Rule 1.2: schedule() runs at step boundaries; an arrival mid-step waits for the boundary.
     out = run(scenario({"kind": "constant", "rate": 2.0, "timing": "older"}, n=2, output=2))
-    first, second = sorted(out.result.requests, key=lambda r: r.request_id)
+    first, second = sorted(out.requests.rows(), key=lambda r: r.request_id)
     assert second.arrival_s == 0.5 and second.scheduled_s == 1.0
     assert second.first_token_s == 2.0
 
@@ -66,10 +66,10 @@ def test_an_error_raised_after_the_last_finish_is_not_lost():
     # The serve loop logs a decode run after telling the engine of its finishes: an error there
     # (a result writer that failed, say) must reach the caller even though every request is done.
     from simulator.engine.simulation import Simulation
-    from simulator.metrics.step_log import StepLog
+    from simulator.results.step_table import StepTable
     from simulator.runner import make_requests
 
-    class FailingLog(StepLog):
+    class FailingLog(StepTable):
         def extend_decode_steps(self, *args, **kwargs):
             raise OSError("the step log could not be stored")
 
@@ -88,7 +88,7 @@ def test_a_run_with_requests_left_and_nothing_to_happen_stops_with_a_diagnosis(f
     # A scheduler that loses the requests it is given: the serve loop idles with no arrival left,
     # and the run stops instead of spinning.
     from simulator.engine.simulation import Simulation
-    from simulator.metrics.step_log import StepLog
+    from simulator.results.step_table import StepTable
     from simulator.engine.progress import NoProgressError
     from simulator.runner import make_requests
 
@@ -101,7 +101,7 @@ def test_a_run_with_requests_left_and_nothing_to_happen_stops_with_a_diagnosis(f
 
     scheduler = Forgetful(run_.options, run_.scheduler_cls.make_kv_cache(
         run_.options, run_.num_gpu_blocks, 16), run_.context)
-    sim = Simulation(make_requests(prepared.trace), [scheduler], prepared.cost_model, StepLog(),
+    sim = Simulation(make_requests(prepared.trace), [scheduler], prepared.cost_model, StepTable(),
                      fast_path=fast_path)
     with pytest.raises(NoProgressError, match="stopped with 3 unfinished requests and no pending event"):
         sim.run()

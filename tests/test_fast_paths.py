@@ -7,7 +7,8 @@ import warnings
 import numpy as np
 import pytest
 
-from simulator.output import request_rows, summary_json
+from simulator.results.columns import REQUEST_COLUMNS
+from simulator.results.files import request_file_columns, summary_json
 from simulator.runner import prepare, simulate
 from simulator.scenario import validate_scenario
 
@@ -58,9 +59,11 @@ def random_scenario(seed: int) -> dict:
 
 
 def fingerprint(out) -> tuple:
-    cols = out.result.step_log.to_columns()
-    return (list(request_rows(out.result.requests)), {k: v.tolist() for k, v in cols.items()},
-            summary_json(out.summary))
+    """What the result files hold: requests.csv's columns, every step column, the summary."""
+    rows = request_file_columns(out.requests.arrays())
+    cols = out.steps.to_columns()
+    return ({name: [None if v != v else v for v in rows[name].tolist()] for name in REQUEST_COLUMNS},
+            {k: v.tolist() for k, v in cols.items()}, summary_json(out.summary))
 
 
 def stepwise_and_fast(scenario: dict):
@@ -200,7 +203,7 @@ def test_runs_carry_leavers_and_hit_the_prefix_cache(monkeypatch):
         simulate(*_prepared_run(random_scenario(seed)))
     for seed in range(16):
         out = simulate(*_prepared_run(prefix_cache_scenario(seed)))
-        hits += sum(r.num_cached_tokens for r in out.result.requests)
+        hits += sum(r.num_cached_tokens for r in out.requests.rows())
     assert hits > 0 and inside[0] > 0
 
 

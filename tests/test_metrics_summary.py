@@ -8,9 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.metrics import StepLog, latencies_s, percentile_key, summarize
-from simulator.metrics import summary as summary_module
 from simulator.core.request import Request, RequestStatus
+from simulator.results import summary as summary_module
+from simulator.results.request_table import RequestTable
+from simulator.results.step_table import StepTable
+from simulator.results.summary import percentile_key
+
+
+def summarize(requests, step_log=None, **kwargs):
+    """The summary of these requests (the unfinished ones counted, not completed)."""
+    table = RequestTable.of([r for r in requests if r.finish_s is not None], num_requests=len(requests))
+    return summary_module.summarize(table, steps=step_log, **kwargs)
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 
@@ -138,11 +146,10 @@ def test_unfinished_requests_are_not_completed():
     requests = three_requests() + [Request(9, 0.5, 40, 8)]
     s = summarize(requests, duration_s=4.0)
     assert (s["completed"], s["num_unfinished"], s["total_input_tokens"]) == (3, 1, 60)
-    assert latencies_s(requests[-1]) is None
 
 
 def test_empty_request_list_gives_zeros():
-    s = summarize([], duration_s=0.0, goodput_slos_ms={"ttft": 100}, step_log=StepLog())
+    s = summarize([], duration_s=0.0, goodput_slos_ms={"ttft": 100}, step_log=StepTable())
     assert s["completed"] == 0 and s["request_throughput"] == 0.0
     assert s["request_goodput"] == 0.0
     for metric in ("ttft", "tpot", "itl", "e2el"):
@@ -152,7 +159,7 @@ def test_empty_request_list_gives_zeros():
 
 
 def test_step_log_fields_are_time_weighted():
-    log = StepLog()
+    log = StepTable()
     log.append(0.0, 1.0, 2, 1, 1, 300, 299, 1, 4, 0.2, 0)
     log.append(1.0, 4.0, 1, 0, 1, 1, 0, 3, 0, 0.6, 2)
     s = summarize(three_requests(), duration_s=4.0, step_log=log)
@@ -221,24 +228,3 @@ def test_reproduces_a_real_vllm_bench_serve_result_from_its_own_lists():
     assert s_sums["mean_itl_ms"] == pytest.approx(real["mean_itl_ms"], rel=1e-9)
     assert s_sums["std_itl_ms"] == pytest.approx(real["std_itl_ms"], rel=1e-9)
     assert np.isclose(s_sums["mean_tpot_ms"], real["mean_tpot_ms"], rtol=1e-9)
-
-
-@pytest.mark.parametrize("keep_gaps", [False, True])
-def test_summary_from_arrays_is_the_request_by_request_summary(monkeypatch, keep_gaps):
-    """With every time a float, summarize reads the requests into arrays: each figure must be
-    bit for bit what going request by request (latencies_s, the Request properties) gives."""
-    from simulator.runner import prepare, simulate
-    from simulator.scenario import load_scenario
-    scenario = load_scenario(Path(__file__).resolve().parents[1] / "bench" / "standard.yaml",
-                             ["workload.num_requests=300",
-                              f"metrics.record_itl_gaps={str(keep_gaps).lower()}"])
-    prepared = prepare(scenario, ["vllm_v1"])
-    out = simulate(prepared, prepared.runs[0])
-    kwargs = dict(duration_s=out.result.end_s, percentiles=(50, 90, 99.9), step_log=out.result.step_log,
-                  max_concurrency=64, request_rate=20.0, goodput_slos_ms={"ttft": 100, "tpot": 20})
-    from_arrays = summarize(out.result.requests, **kwargs)
-    assert summary_module.request_arrays(out.result.requests) is not None   # the arrays path
-    monkeypatch.setattr(summary_module, "request_arrays", lambda requests: None)
-    by_request = summarize(out.result.requests, **kwargs)
-    assert json.dumps(from_arrays, sort_keys=True) == json.dumps(by_request, sort_keys=True)
-    assert (from_arrays["median_itl_ms"] is None) is not keep_gaps

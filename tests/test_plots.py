@@ -18,7 +18,6 @@ from click.testing import CliRunner
 from tests.test_sweep import quiet_sweep, tiny, write
 
 from simulator.cli import EXIT_USER_ERROR, main
-from simulator.parallel_write import can_fork
 from simulator.plots.cdfs import latency_cdfs_figure
 from simulator.plots.curves import sweep_curves, sweep_points_figure, throughput_latency_figure
 from simulator.plots.decimate import (MAX_CDF_POINTS, MAX_EVENTS, MAX_SERIES_POINTS, cdf_points,
@@ -26,7 +25,7 @@ from simulator.plots.decimate import (MAX_CDF_POINTS, MAX_EVENTS, MAX_SERIES_POI
 from simulator.plots.engine_series import engine_timeseries_figure
 from simulator.plots.figures import SLO_LABEL_PREFIX, pyplot
 from simulator.plots.overview import overview_figure
-from simulator.plots.run_plots import RunPlots, plot_run
+from simulator.plots.run_plots import plot_run
 from simulator.plots.run_series import read_result_dir_series, run_series_from_columns
 from simulator.plots.timeline import read_timeline_csv, record_timeline
 from simulator.plots.timeline_plot import plot_batch_timelines, timeline_figure
@@ -173,32 +172,6 @@ def test_overview_from_the_files_is_the_same_picture_as_from_the_run(toy_results
             assert getattr(there, field) == pytest.approx(getattr(here, field), rel=1e-12), field
     redrawn = plot_run(tmp_path / out_dir.name, [from_files[o.label] for o in outputs])
     assert redrawn[0].read_bytes() == (out_dir / "run_overview.png").read_bytes()
-
-
-def skip_unless_forking() -> None:
-    if not can_fork():   # asked when the test runs: a test runner's threads may come and go
-        pytest.skip("the child is forked only where parallel_write may fork")
-
-
-def test_the_forked_overview_is_the_same_file_as_one_drawn_here(toy_results, tmp_path):
-    skip_unless_forking()
-    _, outputs = toy_results
-    files = []
-    for fork in (True, False):
-        with RunPlots(tmp_path / str(fork) / "toy", fork=fork) as plots:
-            for output in outputs:
-                plots.add(run_series(output))
-            files.append(plots.finish()[0].read_bytes())
-    assert files[0] == files[1]
-
-
-def test_a_failing_forked_overview_raises_its_own_error(tmp_path):
-    skip_unless_forking()
-    (tmp_path / "toy").write_text("a file where the folder should be")
-    with pytest.raises(OSError):
-        with RunPlots(tmp_path / "toy" / "out", fork=True) as plots:
-            plots.add(run_series_from_columns("x", {"ttft_ms": np.ones(3)}, {}))
-            plots.finish()
 
 
 def test_servesim_plot_draws_the_rest_png_unless_svg_is_asked(toy_results, tmp_path):

@@ -57,7 +57,7 @@ def test_a_changed_stop_rule_is_followed_by_every_request_on_every_path(label, m
     monkeypatch.setattr(rules, "output_limit", lambda r, max_model_len: max(1, original(r, max_model_len) // 2))
     for out in both_paths(label):
         followed = sum(r.num_output_tokens == max(1, min(r.max_output_tokens, 1024 - r.num_prompt_tokens) // 2)
-                       for r in out.result.requests)
+                       for r in out.requests.rows())
         assert followed == NUM_REQUESTS
 
 
@@ -72,7 +72,7 @@ def test_a_changed_sampling_rule_is_followed_on_every_path(label, monkeypatch):
     if label in CHUNKED:
         assert changed.summary["mean_ttft_ms"] < baseline.summary["mean_ttft_ms"]
         assert any(r.first_token_s < r.scheduled_s + 1e-9 or r.num_output_tokens > 1
-                   for r in changed.result.requests)
+                   for r in changed.requests.rows())
     else:
         assert fingerprint(changed) == fingerprint(baseline)
 

@@ -29,7 +29,7 @@ def test_out_of_tree_policy_loads_and_runs():
     out = simulate(prepared, prepared.runs[0])
     assert out.summary["completed"] == 6
     # max_num_seqs 1 and LIFO: after request 0, the newest waiting request goes first.
-    order = sorted(out.result.requests, key=lambda r: r.scheduled_s)
+    order = sorted(out.requests.rows(), key=lambda r: r.scheduled_s)
     assert order[0].request_id == 0 and order[1].request_id > 1
 
 

@@ -22,7 +22,7 @@ import pytest
 from cost_models.unit import UnitCostModel
 from simulator.engine.simulation import Simulation
 from simulator.kv.block_pool import KVCache
-from simulator.metrics.step_log import StepLog
+from simulator.results.step_table import StepTable
 from simulator.core.request import Request
 from simulator.runner import prepare, simulate
 from simulator.scenario import validate_scenario
@@ -43,7 +43,7 @@ def _single_server(preset: str, rho: float, num_requests: int, seed: int):
     options = p.cls.Options(preset=preset, **{**p.defaults, "max_num_seqs": 1})
     scheduler = p.cls.resolve_class(options)(options, KVCache(64, 16),
                                              SchedulerContext(max_model_len=64, block_size=16))
-    step_log = StepLog()
+    step_log = StepTable()
     Simulation(requests, [scheduler], UnitCostModel(STEP_TIME_S), step_log).run()
     return requests, step_log.to_columns()
 
@@ -141,7 +141,7 @@ def test_littles_law_holds_on_the_step_log():
     """
     prepared = prepare(validate_scenario(_busy_scenario()))
     out = simulate(prepared, prepared.runs[0])
-    requests, steps = out.result.requests, out.result.step_log.to_columns()
+    requests, steps = out.requests.rows(), out.steps.to_columns()
     start, end = steps["start_s"], steps["end_s"]
     duration = end - start
     assert out.result.num_preemptions > 0 and steps["num_waiting"].max() > 10   # a busy engine

@@ -12,7 +12,7 @@ import pytest
 from cost_models.roofline import RooflineCostModel
 from cost_models.unit import UnitCostModel
 from simulator.engine.simulation import Simulation
-from simulator.metrics.step_log import StepLog
+from simulator.results.step_table import StepTable
 from simulator.core.request import Request
 from tests.sched_helpers import make_scheduler
 
@@ -40,7 +40,7 @@ def run(label: str, seed: int, fast_path: bool, cost, requests=None) -> tuple[li
     preset = options.pop("preset", label)
     scheduler = make_scheduler(preset, num_gpu_blocks=40, block_size=4, max_model_len=64, **options)
     requests = tie_heavy_requests(seed) if requests is None else requests
-    sim = Simulation(requests, [scheduler], cost, StepLog(), fast_path=fast_path)
+    sim = Simulation(requests, [scheduler], cost, StepTable(), fast_path=fast_path)
     sim.run()
     rows = [(r.request_id, r.arrival_s, r.client_queue_s, r.scheduled_s, r.first_token_s,
              r.last_token_s, r.finish_s, r.num_output_tokens, r.num_preemptions, r.max_itl_s)

@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from simulator.cli import main
-from simulator.metrics.step_log import StepLog
-from simulator.metrics.timeseries import EngineSeries
+from simulator.results.step_table import StepTable
+from simulator.results.timeseries import EngineSeries
 from simulator.runner import prepare
 from simulator.scenario import validate_scenario
 from simulator.validate.client_time import client_round_trip, prefill_steps
@@ -226,10 +226,10 @@ def test_table_uses_vllm_definitions_on_both_sides():
 
 
 def test_resampling_is_the_time_weighted_mean_over_each_tick_with_idle_as_zero():
-    log = StepLog()
+    log = StepTable()
     log.append(0.0, 1.0, 2, 0, 2, 2, 0, 2, 0, 0.5, 0)
     log.append(2.0, 3.0, 4, 0, 4, 4, 0, 4, 0, 0.25, 0)   # idle from 1 to 2
-    series = EngineSeries.from_step_log(log)
+    series = EngineSeries.from_columns(log.to_columns())
     assert resample_steps(series, "num_running", np.array([1.0, 2.0, 3.0, 1.5]), 1.0).tolist() \
         == pytest.approx([2.0, 0.0, 4.0, 1.0])
 

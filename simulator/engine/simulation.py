@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from itertools import chain
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 import simpy
 
@@ -43,7 +44,6 @@ class Replica:
 
 @dataclass(eq=False)
 class SimulationResult:
-    requests: list[Request]
     step_log: object
     replicas: list[Replica]
     start_s: float
@@ -57,17 +57,28 @@ class SimulationResult:
 
 
 class Simulation:
-    def __init__(self, requests: list[Request], schedulers: list[Scheduler],
-                 cost_model: StepCostModel, step_log, *, max_concurrency: int | None = None,
-                 router: str = "round_robin", on_step: Callable | None = None,
+    """``requests``: in intended arrival order, made as the arrival process reaches them (an
+    iterator of ``num_requests``; a list gives its own length). ``on_finished(requests)`` is
+    told of every finished request once its fields no longer change; ``on_step(replica, batch,
+    shape)`` of every step (per-request views, so no fast path then)."""
+
+    def __init__(self, requests: Iterable[Request], schedulers: list[Scheduler],
+                 cost_model: StepCostModel, step_log, *, num_requests: int | None = None,
+                 max_concurrency: int | None = None, router: str = "round_robin",
+                 on_step: Callable | None = None, on_finished: Callable | None = None,
                  fast_path: bool = True):
         self.env = simpy.Environment()
-        self.pending = requests  # sorted by intended arrival time
+        self.num_requests = len(requests) if num_requests is None else num_requests
+        self.pending = iter(requests)
+        first = next(self.pending, None)
+        if first is not None:
+            self.pending = chain((first,), self.pending)
         self.cost_model = cost_model
         self.step_log = step_log
         self.max_concurrency = max_concurrency
         self.router = router
-        self.on_step = on_step   # (replica, batch, shape) after each step: per-request views
+        self.on_step = on_step
+        self.on_finished = on_finished
         self.replicas = [Replica(i, s, self._stepper(s, fast_path)) for i, s in enumerate(schedulers)]
         # Runs of decode steps need the next arrival known to one replica: a lone one.
         self.decode_runs = len(self.replicas) == 1
@@ -75,7 +86,8 @@ class Simulation:
         self.num_finished = 0
         self.slot_freed: simpy.Event | None = None
         self.last_finish_s = 0.0
-        self.next_arrival_s = requests[0].arrival_s if requests else math.inf
+        self.first_sent_s: float | None = None
+        self.next_arrival_s = first.arrival_s if first is not None else math.inf
         self._rr = 0
 
     def _stepper(self, scheduler: Scheduler, fast_path: bool):
@@ -102,6 +114,8 @@ class Simulation:
             # The benchmark clock starts when the client sends (trap 15): record that time.
             request.client_queue_s = now_s - request.arrival_s
             request.arrival_s = now_s
+            if self.first_sent_s is None:
+                self.first_sent_s = now_s
             self.num_in_flight += 1
             replica = self.route()
             replica.scheduler.add(request)
@@ -212,6 +226,8 @@ class Simulation:
         self.num_finished += len(finished)
         self.num_in_flight -= len(finished)
         self.last_finish_s = now_s
+        if self.on_finished is not None:
+            self.on_finished(finished)
         if self.slot_freed is not None and not self.slot_freed.triggered:
             self.slot_freed.succeed()
             self.next_arrival_s = now_s  # the blocked client sends now
@@ -221,7 +237,7 @@ class Simulation:
         env = self.env
         processes = [env.process(self.arrivals())]
         processes += [env.process(self.serve(replica)) for replica in self.replicas]
-        total = len(self.pending)
+        total = self.num_requests
         while self.num_finished < total:
             if not env._queue:
                 # Nothing left to happen yet requests remain: a bug, not a hang.
@@ -234,8 +250,8 @@ class Simulation:
             if process.triggered and not process.ok:
                 process.defused = True
                 raise process.value
-        start_s = min((r.arrival_s for r in self.pending), default=0.0)
-        return SimulationResult(self.pending, self.step_log, self.replicas, start_s,
+        start_s = self.first_sent_s if self.first_sent_s is not None else 0.0
+        return SimulationResult(self.step_log, self.replicas, start_s,
                                 self.last_finish_s,
                                 sum(r.scheduler.num_preemptions for r in self.replicas))
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from simulator.engine.simulation import Simulation
 from simulator.kv.block_pool import KVCache
-from simulator.metrics.step_log import StepLog
-from simulator.output import atomic_write
+from simulator.results.atomic import atomic_write
+from simulator.results.step_table import StepTable
 from simulator.core.request import RequestStatus
 from simulator.runner import make_requests
 
@@ -42,7 +42,7 @@ class SlotTimeline:
         return max((r[2] for r in self.rows), default=0.0)
 
 
-class _TimedStepLog(StepLog):
+class _TimedStepLog(StepTable):
     """The step log, remembering the last step's times for the recorder (called right after)."""
     last_start_s = last_end_s = 0.0
 

@@ -44,9 +44,6 @@ class Scheduler:
     # A multi-step decode advance may carry on past a request's last step (it leaves, the rest
     # decode on) when nothing can be admitted; False for policies with their own finish rules.
     decode_runs_through_finishes = True
-    # False when a request's fields may still change after it finishes (static HF batching
-    # returns every output at the batch's end): results are then read once the run is over.
-    finished_requests_final = True
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache

@@ -54,9 +54,6 @@ class StaticScheduler(Scheduler):
     def may_hold_decoders(self) -> bool:
         return self.options.variant == "ft"   # hf: outputs and padding follow the whole batch
 
-    @property
-    def finished_requests_final(self) -> bool:
-        return self.options.variant == "ft"   # hf: finish rewrites the batch's finished members
 
     @property
     def num_padding_rows(self) -> int:
@@ -89,6 +86,14 @@ class StaticScheduler(Scheduler):
             self.admit(request, now_s)
             self.batch_members.append(request)
         return self.num_running > 0
+
+    def update_from_output(self, batch: Batch, now_s: float) -> list[Request]:
+        """hf: every output returns at the batch's end, so the batch's members are reported
+        finished together then (their blocks are freed at their own last token)."""
+        finished = super().update_from_output(batch, now_s)
+        if self.options.variant == "hf":
+            return list(self.batch_members) if finished and not self.num_running else []
+        return finished
 
     def finish(self, finished: list[Request], now_s: float) -> None:
         super().finish(finished, now_s)

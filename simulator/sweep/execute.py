@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from simulator.output import atomic_write
+from simulator.results.atomic import atomic_write
 from simulator.runner import prepare, simulate
 from simulator.scenario import ScenarioError
 from simulator.sweep.backends import make_backend

@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from simulator.output import atomic_write
+from simulator.results.atomic import atomic_write
 
 SWEEP_CSV = "sweep.csv"
 KEY_COLUMNS = ("run_key", "scheduler", "seed")

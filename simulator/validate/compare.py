@@ -13,8 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from simulator.metrics.summary import latencies_s
-from simulator.core.request import Request
+from simulator.results.summary import latency_arrays_s
 from simulator.validate.measured import MeasuredRun
 
 STATISTICS = (("mean", None), ("median", 50.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))
@@ -36,11 +35,12 @@ class RunLatencies:
         return cls(run.arrival_s, run.num_output_tokens, run.ttft_s, run.e2el_s)
 
     @classmethod
-    def of_requests(cls, requests: Sequence[Request]) -> RunLatencies:
-        done = [(r, latencies_s(r)) for r in requests if r.finish_s is not None]
-        return cls(np.array([r.arrival_s for r, _ in done], dtype=float),
-                   np.array([r.num_output_tokens for r, _ in done], dtype=np.int64),
-                   np.array([t[0] for _, t in done], dtype=float), np.array([t[2] for _, t in done], dtype=float))
+    def of_table(cls, requests) -> RunLatencies:
+        """The finished requests of a run's RequestTable (simulator/results/request_table.py)."""
+        t = requests.arrays()
+        ttft_s, _, e2el_s = latency_arrays_s(t["arrival_s"], t["first_token_s"], t["last_token_s"],
+                                             t["num_output_tokens"])
+        return cls(t["arrival_s"], t["num_output_tokens"], ttft_s, e2el_s)
 
     def plus_client_s(self, client_s: float) -> RunLatencies:
         """With a client round trip in TTFT and E2E, as ``vllm bench serve`` times them (TPOT unchanged)."""

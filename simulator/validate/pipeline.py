@@ -12,8 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from simulator.metrics.timeseries import EngineSeries
-from simulator.output import atomic_write, summary_json, write_results
+from simulator.results.atomic import atomic_write
+from simulator.results.files import ResultFolder, summary_json
+from simulator.results.timeseries import EngineSeries
 from simulator.runner import RunOutput, prepare, simulate
 from simulator.scenario import validate_scenario
 from simulator.scenario_file import apply_overrides
@@ -75,7 +76,9 @@ def run_validation(request: ValidateRequest) -> Validation:
     raw, notes = rebuild_scenario(measured, options, trace)
     raw = apply_overrides(raw, request.overrides)
     prepared = prepare(validate_scenario(raw))
-    output = simulate(prepared, prepared.runs[0])
+    with ResultFolder(out_dir / SIMULATED_DIR) as files:
+        output = simulate(prepared, prepared.runs[0], files=files)
+        files.finish(output.summary)
     client_s, client_notes = _client_s(request.client_overhead_ms, measured)
     notes = list(measured.notes) + [arrivals_note(measured, arrivals)] + notes + cost.notes \
         + _unlogged_note(measured) + client_notes
@@ -83,7 +86,7 @@ def run_validation(request: ValidateRequest) -> Validation:
         notes.append(f"KV cache: {output.num_gpu_blocks} blocks derived from GPU memory at "
                      f"gpu_memory_utilization {prepared.scenario.engine.gpu_memory_utilization} "
                      f"(the run did not record its block count)")
-    simulated = RunLatencies.of_requests(output.result.requests).plus_client_s(client_s)
+    simulated = RunLatencies.of_table(output.requests).plus_client_s(client_s)
     rows = compare(RunLatencies.of_measured(measured), simulated)
     validation = Validation(measured, cost, raw, output, rows, notes, client_s=client_s)
     _write(validation, out_dir, request.plots)
@@ -119,8 +122,7 @@ def _client_s(value: str | None, measured: MeasuredRun) -> tuple[float, list[str
 
 
 def _write(v: Validation, out_dir: Path, plots: bool) -> None:
-    result = v.output.result
-    v.files.append(write_results(out_dir / SIMULATED_DIR, result.requests, result.step_log, v.output.summary))
+    v.files.append(out_dir / SIMULATED_DIR)
     scenario = dict(v.scenario, workload={**v.scenario["workload"],
                                           "arrival": {"kind": "trace", "path": TRACE_FILE}})
     atomic_write(out_dir / SCENARIO_YAML, lambda f: yaml.safe_dump(scenario, f, sort_keys=False))
@@ -129,10 +131,10 @@ def _write(v: Validation, out_dir: Path, plots: bool) -> None:
     if plots:
         from simulator.validate.plots import plot_engine_series, plot_latency_cdfs
         title = v.measured.name
-        simulated = RunLatencies.of_requests(result.requests).plus_client_s(v.client_s)
+        simulated = RunLatencies.of_table(v.output.requests).plus_client_s(v.client_s)
         measured = RunLatencies.of_measured(v.measured)
         v.files += plot_latency_cdfs(measured, simulated, out_dir / "latency_cdfs", title)
-        v.files += plot_engine_series(v.measured.series, EngineSeries.from_step_log(result.step_log),
+        v.files += plot_engine_series(v.measured.series, EngineSeries.from_columns(v.output.steps.to_columns()),
                                       out_dir / "engine_series", title)
 
 

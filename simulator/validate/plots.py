@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.metrics.timeseries import EngineSeries
+from simulator.results.timeseries import EngineSeries
 from simulator.plots.figures import pyplot, save_figure
 from simulator.validate.compare import RunLatencies
 from simulator.validate.measured import MeasuredSeries

@@ -10,10 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.metrics.step_log import StepLog
 
 
-@dataclass(frozen=True, eq=False, repr=False)   # arrays: compared by identity (runner.PreparedRun)
+@dataclass(frozen=True, eq=False, repr=False)
 class EngineSeries:
     """Per-step engine state stamped at step-end times (what a Prometheus scrape would see)."""
     time_s: np.ndarray        # float64, end of each step
@@ -23,8 +22,8 @@ class EngineSeries:
     kv_usage: np.ndarray      # float64 0..1, vllm:kv_cache_usage_perc
 
     @classmethod
-    def from_step_log(cls, step_log: StepLog) -> "EngineSeries":
-        cols = step_log.to_columns()
+    def from_columns(cls, cols) -> "EngineSeries":
+        """From a step table's columns (StepTable.to_columns, or steps.csv read back)."""
         return cls(time_s=cols["end_s"], step_time_s=cols["end_s"] - cols["start_s"],
                    num_running=cols["num_running"], num_waiting=cols["num_waiting"],
                    kv_usage=cols["kv_usage"])

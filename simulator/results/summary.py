@@ -6,11 +6,11 @@ queueing is excluded). TTFT = first token - start; E2EL = last token - start; TP
 TTFT)/(out - 1), only for out > 1. Statistics are vLLM's: ``np.mean``, ``np.median``, ``np.std``
 (population) and ``np.percentile`` (linear) of seconds, times 1000; empty inputs give 0.0.
 
-ITL pools every gap of every request. When the gap lists were not kept, mean and std come from
+ITL pools every gap of every request. When the gaps were not kept, mean and std come from
 each request's ``itl_sum_s``/``itl_sq_sum_s2`` (the mean exactly; the std as E[x²] - E[x]², equal
 up to float rounding), and median and percentiles of ITL (and ``max_output_tokens_per_s``, which
 needs every token time) are **None**: no summary of the sums bounds a quantile well enough to
-report one. With ``itl_gaps_s`` kept on every request, all ITL figures are vLLM's exactly.
+report one. With every request's gaps kept, all ITL figures are vLLM's exactly.
 
 ``max_concurrent_requests`` is the exact in-flight peak over [start, last token), as newer vLLM
 computes it (older vLLM counted requests touching the 1-s bucket of peak output, which can exceed
@@ -20,41 +20,20 @@ to ``requests.csv``.
 from __future__ import annotations
 
 import math
-from itertools import accumulate, chain, compress
-from operator import attrgetter
-from typing import Iterator, Mapping, Sequence
+from itertools import accumulate, chain, compress, repeat
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from simulator.metrics.request_arrays import request_arrays
-from simulator.metrics.step_log import StepLog
-from simulator.metrics.timeseries import EngineSeries
-from simulator.core.request import Request
+from simulator.results.timeseries import EngineSeries
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
 
-def latencies_s(request: Request) -> tuple[float, float | None, float] | None:
-    """(TTFT, TPOT, E2EL) in seconds as vLLM's client measures them; None while unfinished.
-
-    TPOT is None for out <= 1 (dropped from TPOT statistics; goodput counts it as 0).
-    """
-    if request.finish_s is None:
-        return None
-    first_s = request.first_token_s if request.first_token_s is not None else request.finish_s
-    last_s = request.last_token_s if request.last_token_s is not None else request.finish_s
-    ttft_s = first_s - request.arrival_s
-    e2el_s = last_s - request.arrival_s
-    out = request.num_output_tokens
-    tpot_s = (e2el_s - ttft_s) / (out - 1) if out > 1 else None
-    return ttft_s, tpot_s, e2el_s
-
-
 def latency_arrays_s(arrival_s: np.ndarray, first_token_s: np.ndarray, last_token_s: np.ndarray,
                      num_output: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """latencies_s of many finished requests whose token times are all floats: (TTFT, TPOT,
-    E2EL) arrays by the same float operations, so the same bits; TPOT is nan or inf where
-    out <= 1 (latencies_s's None)."""
+    """(TTFT, TPOT, E2EL) of finished requests as vLLM's client measures them; TPOT is nan or
+    inf where out <= 1 (dropped from TPOT statistics; goodput counts it as 0)."""
     ttft_s, e2el_s = first_token_s - arrival_s, last_token_s - arrival_s
     with np.errstate(divide="ignore", invalid="ignore"):
         tpot_s = (e2el_s - ttft_s) / (num_output - 1)
@@ -67,76 +46,56 @@ def percentile_key(metric: str, p: float) -> str:
     return f"p{p_word}_{metric}_ms"
 
 
-def summarize(requests: Sequence[Request], duration_s: float | None = None,
-              percentiles: Sequence[float] = (99,),
-              goodput_slos_ms: Mapping[str, float] | None = None,
-              step_log: StepLog | None = None, max_concurrency: int | None = None,
-              request_rate: float | None = None) -> dict:
-    """The summary dict (JSON-ready types). ``duration_s`` None: first arrival to last finish.
+def summarize(requests, duration_s: float | None = None, percentiles: Sequence[float] = (99,),
+              goodput_slos_ms: Mapping[str, float] | None = None, steps=None,
+              max_concurrency: int | None = None, request_rate: float | None = None) -> dict:
+    """The summary dict (JSON-ready types) of a run's RequestTable (simulator/results/
+    request_table.py) and, if given, its steps (a StepTable or its columns). ``duration_s``
+    None: first arrival to last finish.
 
     ``duration_s`` should be the main run's start (the first release, or t=0 when the first
     request waits its own arrival gap) to the last completion, as vLLM measures it (trap 15).
     ``max_concurrency`` and ``request_rate`` (None: not given; ``math.inf``: all at once) are
     echoed as configured, like vLLM's fields. With ``max_concurrency`` set, client-side queueing
-    (``Request.client_queue_s``) is reported as vLLM does, and with a finite ``request_rate``
-    also E2EL including that queueing.
+    is reported as vLLM does, and with a finite ``request_rate`` also E2EL including it.
     """
     pcts = _check_percentiles(percentiles)
     slos = _check_slos(goodput_slos_ms)
-    done, arrays = _completed(requests)
-    lat = _Latencies(done, arrays)
-    dur_s = _duration_s(done, duration_s)
-    result: dict = {"duration": dur_s, "completed": len(done), "failed": 0,
+    lat = _Latencies(requests.arrays(), requests.gaps_of_finished())
+    dur_s = _duration_s(lat, duration_s)
+    result: dict = {"duration": dur_s, "completed": lat.num_done, "failed": 0,
                     "num_prompts": len(requests), "max_concurrency": max_concurrency,
                     "request_rate": request_rate,
                     "request_goodput": _per_s(lat.num_good(slos), dur_s) if slos else None}
     result.update(_throughputs(lat, dur_s))
     for metric, values in (("ttft", lat.ttft_s), ("tpot", lat.tpot_s), ("e2el", lat.e2el_s)):
         result.update(_stats_ms(metric, values, pcts))
-    gaps_s = _pooled_gaps_s(done, lat)
+    gaps_s = _pooled_gaps_s(lat)
     result.update(_stats_ms("itl", gaps_s, pcts) if gaps_s is not None
-                  else _itl_stats_from_sums_ms(done, lat, pcts))
-    result["max_output_tokens_per_s"] = _peak_output_tokens_per_s(done, lat)
+                  else _itl_stats_from_sums_ms(lat, pcts))
+    result["max_output_tokens_per_s"] = _peak_output_tokens_per_s(lat)
     result["max_concurrent_requests"] = _peak_concurrency(lat)
     if max_concurrency is not None:
         with_e2el = request_rate is not None and math.isfinite(request_rate)
-        result.update(_client_queue_stats_ms(done, lat, pcts, with_e2el))
-    result.update(_servesim_fields(requests, done, lat, step_log))
+        result.update(_client_queue_stats_ms(lat, pcts, with_e2el))
+    result.update(num_unfinished=len(requests) - lat.num_done,
+                  num_preemptions=int(lat.arrays["num_preemptions"].sum()),
+                  max_itl_ms=max(lat.arrays["max_itl_s"].tolist(), default=0.0) * 1000)
+    result.update(_step_fields(steps))
     return result
 
 
-def _completed(requests: Sequence[Request]) -> tuple[Sequence[Request], dict | None]:
-    """The completed requests and their ``request_arrays`` (None when not exact)."""
-    arrays = request_arrays(requests)
-    if arrays:   # every finish_s is a float: all completed
-        return requests, arrays
-    done = [r for r in requests if r.finish_s is not None]
-    return done, request_arrays(done) if len(done) < len(requests) else None
-
-
 class _Latencies:
-    """Arrays over completed requests, in the order given."""
+    """Arrays over completed requests, in id order."""
 
-    def __init__(self, done: Sequence[Request], arrays: dict[str, np.ndarray] | None):
-        """``arrays``: ``request_arrays(done)``, None when they are not exact."""
-        n = len(done)
-        # With every time a float, numpy's float operations give latencies_s's bits.
-        self.arrays = arrays
-        self.num_prompt = arrays["num_prompt_tokens"] if arrays else \
-            np.fromiter((r.num_prompt_tokens for r in done), np.int64, n)
-        self.num_output = arrays["num_output_tokens"] if arrays else \
-            np.fromiter((r.num_output_tokens for r in done), np.int64, n)
+    def __init__(self, arrays: dict[str, np.ndarray], gaps: list | None):
+        self.arrays, self.gaps = arrays, gaps
+        self.num_prompt, self.num_output = arrays["num_prompt_tokens"], arrays["num_output_tokens"]
+        self.num_done = len(self.num_output)
         self.num_gaps = np.maximum(self.num_output - 1, 0)
-        if arrays is None:
-            self.arrival_s = np.fromiter((r.arrival_s for r in done), np.float64, n)
-            triples = [latencies_s(r) for r in done]
-            self.ttft_s = np.fromiter((t[0] for t in triples), np.float64, n)
-            self.e2el_s = np.fromiter((t[2] for t in triples), np.float64, n)
-            all_tpot_s = np.array([0.0 if t[1] is None else t[1] for t in triples], np.float64)
-        else:
-            self.arrival_s = arrays["arrival_s"]
-            self.ttft_s, all_tpot_s, self.e2el_s = latency_arrays_s(
-                self.arrival_s, arrays["first_token_s"], arrays["last_token_s"], self.num_output)
+        self.arrival_s = arrays["arrival_s"]
+        self.ttft_s, all_tpot_s, self.e2el_s = latency_arrays_s(
+            self.arrival_s, arrays["first_token_s"], arrays["last_token_s"], self.num_output)
         has_tpot = self.num_output > 1     # TPOT only for out > 1 ...
         self.tpot_s = all_tpot_s[has_tpot]
         # ... and goodput treats out <= 1 as TPOT 0 (vLLM's all_tpots).
@@ -148,6 +107,16 @@ class _Latencies:
         for metric, slo_ms in slos_ms.items():
             good &= values[metric] <= slo_ms / 1000   # vLLM compares in seconds, value <= SLO
         return int(good.sum())
+
+    def gaps_of_requests_with_gaps(self) -> list | None:
+        """Every kept gap list of a request with gaps, in id order; None if any was not kept."""
+        has_gaps = (self.num_gaps > 0).tolist()
+        if not any(has_gaps):
+            return []
+        if self.gaps is None:
+            return None
+        with_gaps = list(compress(self.gaps, has_gaps))
+        return None if any(g is None for g in with_gaps) else with_gaps
 
 
 def _check_percentiles(percentiles: Sequence[float]) -> tuple[float, ...]:
@@ -167,12 +136,12 @@ def _check_slos(slos_ms: Mapping[str, float] | None) -> dict[str, float]:
     return slos
 
 
-def _duration_s(done: Sequence[Request], duration_s: float | None) -> float:
+def _duration_s(lat: _Latencies, duration_s: float | None) -> float:
     if duration_s is None:
-        if not done:
+        if not lat.num_done:
             return 0.0
-        return float(max(r.finish_s for r in done) - min(r.arrival_s for r in done))
-    if not (math.isfinite(duration_s) and duration_s >= 0) or (done and duration_s == 0):
+        return float(lat.arrays["finish_s"].max() - lat.arrival_s.min())
+    if not (math.isfinite(duration_s) and duration_s >= 0) or (lat.num_done and duration_s == 0):
         raise ValueError(f"duration_s: {duration_s!r} must be finite and > 0 "
                          "(>= 0 with no completed request)")
     return float(duration_s)
@@ -200,52 +169,42 @@ def _stats_ms(metric: str, values_s: np.ndarray, pcts: tuple[float, ...]) -> dic
     return stats
 
 
-def _requests_with_gaps(done: Sequence[Request], lat: _Latencies) -> Iterator[Request]:
-    return compress(done, (lat.num_gaps > 0).tolist())
-
-
-def _pooled_gaps_s(done: Sequence[Request], lat: _Latencies) -> np.ndarray | None:
-    """Every gap of every request in request order (vLLM's ``itls``); None if any was not kept."""
-    with_gaps = list(_requests_with_gaps(done, lat))
-    if any(r.itl_gaps_s is None for r in with_gaps):
+def _pooled_gaps_s(lat: _Latencies) -> np.ndarray | None:
+    """Every gap of every request in id order (vLLM's ``itls``); None if any was not kept."""
+    with_gaps = lat.gaps_of_requests_with_gaps()
+    if with_gaps is None:
         return None
-    return np.fromiter(chain.from_iterable(r.itl_gaps_s for r in with_gaps), np.float64,
-                       sum(len(r.itl_gaps_s) for r in with_gaps))
+    return np.fromiter(chain.from_iterable(with_gaps), np.float64, sum(map(len, with_gaps)))
 
 
-def _itl_stats_from_sums_ms(done: Sequence[Request], lat: _Latencies,
-                            pcts: tuple[float, ...]) -> dict:
+def _itl_stats_from_sums_ms(lat: _Latencies, pcts: tuple[float, ...]) -> dict:
     """Pooled mean and population std from the per-request sums; quantiles unknown (None).
-    The sums are Python's ``sum`` over the requests in order, from arrays or not."""
+    The sums are Python's ``sum`` over the requests in id order."""
     n = int(lat.num_gaps.sum())
-    if lat.arrays:
-        t = lat.arrays
-        itl_sums_s = (t["last_token_s"] - t["first_token_s"]).tolist()   # Request.itl_sum_s
-        sq_sums_s2 = t["itl_sq_sum_s2"].tolist()
-    else:
-        itl_sums_s = [r.itl_sum_s for r in done]
-        sq_sums_s2 = [r.itl_sq_sum_s2 for r in done]
+    t = lat.arrays
+    itl_sums_s = (t["last_token_s"] - t["first_token_s"]).tolist()   # gaps telescope
     mean_s = sum(itl_sums_s) / n
-    var_s2 = max(sum(sq_sums_s2) / n - mean_s * mean_s, 0.0)
+    var_s2 = max(sum(t["itl_sq_sum_s2"].tolist()) / n - mean_s * mean_s, 0.0)
     stats = {"mean_itl_ms": mean_s * 1000, "median_itl_ms": None,
              "std_itl_ms": math.sqrt(var_s2) * 1000}
     stats.update({percentile_key("itl", p): None for p in pcts})
     return stats
 
 
-def _peak_output_tokens_per_s(done: Sequence[Request], lat: _Latencies) -> float | None:
+def _peak_output_tokens_per_s(lat: _Latencies) -> float | None:
     """Most tokens in one 1-s bucket from the first start, as vLLM counts (needs the gaps)."""
-    if not done:
+    if not lat.num_done:
         return 0.0
-    if any(r.itl_gaps_s is None for r in _requests_with_gaps(done, lat)):
+    if lat.gaps_of_requests_with_gaps() is None:
         return None
     t0_s = float(lat.arrival_s.min())
     num_buckets = max(int(np.ceil(float((lat.arrival_s + lat.e2el_s).max()) - t0_s)) + 1, 1)
     # Token times as vLLM rebuilds them: start + ttft, then += each gap in turn (sequentially,
     # so the floats match bit for bit; accumulate() runs in C).
     times: list[float] = []
-    for r, start_s, ttft_s in zip(done, lat.arrival_s.tolist(), lat.ttft_s.tolist()):
-        times.extend(accumulate(r.itl_gaps_s or (), initial=start_s + ttft_s))
+    kept = lat.gaps if lat.gaps is not None else repeat(None)
+    for gaps, start_s, ttft_s in zip(kept, lat.arrival_s.tolist(), lat.ttft_s.tolist()):
+        times.extend(accumulate(gaps or (), initial=start_s + ttft_s))
     buckets = (np.array(times, dtype=np.float64) - t0_s).astype(np.int64)
     in_range = buckets[(buckets >= 0) & (buckets < num_buckets)]
     return float(np.bincount(in_range, minlength=num_buckets).max())
@@ -261,38 +220,23 @@ def _peak_concurrency(lat: _Latencies) -> int:
     return int(in_flight.max()) if len(in_flight) else 0
 
 
-def _client_queue_stats_ms(done: Sequence[Request], lat: _Latencies, pcts: tuple[float, ...],
-                           with_e2el: bool) -> dict:
+def _client_queue_stats_ms(lat: _Latencies, pcts: tuple[float, ...], with_e2el: bool) -> dict:
     """vLLM's extra blocks under ``--max-concurrency``: time held by the client's semaphore."""
-    queue_s = lat.arrays["client_queue_s"] if lat.arrays else \
-        np.fromiter((getattr(r, "client_queue_s", 0.0) for r in done), np.float64, len(done))
+    queue_s = lat.arrays["client_queue_s"]
     stats = _stats_ms("client_queue_time", queue_s, pcts)
     if with_e2el:
         stats.update(_stats_ms("e2el_including_client_queue", lat.e2el_s + queue_s, pcts))
     return stats
 
 
-def _servesim_fields(requests: Sequence[Request], done: Sequence[Request], lat: _Latencies,
-                     step_log: StepLog | None) -> dict:
-    max_itls_s = lat.arrays["max_itl_s"].tolist() if lat.arrays else [r.max_itl_s for r in done]
-    # Preemptions of every request, finished or not: the arrays hold them all when all finished.
-    preemptions = lat.arrays["num_preemptions"].sum() if lat.arrays and done is requests else \
-        sum(map(attrgetter("num_preemptions"), requests))
-    fields = {"num_unfinished": len(requests) - len(done),
-              "num_preemptions": int(preemptions),
-              "max_itl_ms": max(max_itls_s, default=0.0) * 1000}
-    fields.update(_step_fields(step_log))
-    return fields
-
-
-def _step_fields(step_log: StepLog | None) -> dict:
+def _step_fields(steps) -> dict:
     """Engine figures over simulated steps; queue and KV means are weighted by step time."""
     names = ("num_steps", "total_step_time_s", "mean_step_time_ms", "peak_kv_usage",
              "mean_kv_usage", "peak_num_running", "mean_num_running", "peak_num_waiting",
              "mean_num_waiting")
-    if step_log is None:
+    if steps is None:
         return dict.fromkeys(names)
-    s = EngineSeries.from_step_log(step_log)
+    s = EngineSeries.from_columns(steps.to_columns() if hasattr(steps, "to_columns") else steps)
     if not len(s):
         return {name: 0 if name.startswith(("num_", "peak_num")) else 0.0 for name in names}
     return {"num_steps": len(s),
