@@ -5,9 +5,6 @@ without the event loop: the dependency direction is calibration -> cost_models <
 """
 from __future__ import annotations
 
-from itertools import compress
-from operator import mul
-
 import numpy as np
 
 
@@ -175,9 +172,13 @@ def work_counts_of(new: list[int], ctx: list[int], samples: list[bool],
     if tokens == num_seqs:  # all-decode steps are most steps: skip the prefill sums
         return (tokens + rows, ctx_sum + rows_ctx, num_seqs + rows, 0.0, 0, 0, num_sampled,
                 num_seqs + rows)
-    num_decodes = new.count(1)
-    decode_ctx = sum(compress(ctx, map((1).__eq__, new))) if num_decodes else 0
-    new_ctx, new_new = sum(map(mul, new, ctx)), sum(map(mul, new, new))
+    num_decodes = decode_ctx = new_ctx = new_new = 0
+    for n, c in zip(new, ctx):
+        if n == 1:
+            num_decodes += 1
+            decode_ctx += c
+        new_ctx += n * c
+        new_new += n * n
     pairs = float(new_ctx) + (float(new_new) + tokens) / 2 - decode_ctx - num_decodes
     return (tokens + rows, decode_ctx + rows_ctx, num_decodes + rows, pairs, ctx_sum - decode_ctx,
             num_seqs - num_decodes, num_sampled, num_seqs + rows)

@@ -136,17 +136,25 @@ class TableCostModel:
 
     def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
                             num_steps: int) -> list[float]:
-        """step_time_s of a run of decode steps with the same rows (cost_models.base): _time_s of
-        each step's counts, without building shapes (an all-decode step's attention reads only
-        the counts, and the longest context for the skew term); step by step through
-        step_time_s when a step may leave the fitted range, so the warning names the first."""
+        """step_time_s of a run of decode steps with the same rows (cost_models.base): where the
+        attention is the roofline's, _time_s's operations in its order with the terms that only
+        depend on the rows taken once; a grid's attention, or a step that may leave the fitted
+        range (so the warning names the first such step), step by step through step_time_s."""
         last = num_steps - 1
-        if not self._warned[0] and self.fitted_range.outside(
-                None, decode_counts(num_seqs, context_sum + last * num_seqs), longest + last + 1):
+        if not isinstance(self.attention, RooflineAttention) or (
+                not self._warned[0] and self.fitted_range.outside(
+                    None, decode_counts(num_seqs, context_sum + last * num_seqs), longest + last + 1)):
             return decode_steps_time_s(self, num_seqs, context_sum, longest, num_steps)
-        skew = self._skew and num_seqs >= 2
-        return [self._time_s(decode_counts(num_seqs, context_sum + i * num_seqs), None, None,
-                             longest + i if skew else 0) for i in range(num_steps)]
+        per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
+        k = self.attention._k
+        layers_s, a, b, q = self.num_layers * per_layer, k.attn_s_per_pair, k.kv_s_per_token, \
+            k.q_s_per_token * num_seqs
+        overhead_s, whole_s, sampling_s = self.step_overhead_s, whole_s or 0.0, sampling_s or 0.0
+        times, pairs = [], context_sum + num_seqs
+        for _ in range(num_steps):
+            times.append(float(layers_s + max(a * pairs, b * pairs + q) + overhead_s + whole_s + sampling_s))
+            pairs += num_seqs
+        return times
 
     def _surely_inside(self, counts: tuple) -> bool:
         """A cheap sufficient test that a step lies inside the fitted range (FittedRange.outside:
