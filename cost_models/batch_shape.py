@@ -14,7 +14,7 @@ class BatchShape:
     This is the single place where a batch is turned into features; cost models and the
     calibration harness share it. ``decode_rows`` = (count, total context, longest context)
     summarises further sequences that each decode and sample one token, without arrays (a
-    decode cohort's rows, simulator/decode_cohort.py): every figure below includes them, and
+    decode cohort's rows, simulator/fastpath/cohort.py): every figure below includes them, and
     cost models read the figures, not the arrays, for decodes.
 
     The per-sequence values may be given as arrays or as plain lists; lists become arrays only

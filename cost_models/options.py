@@ -5,7 +5,7 @@ the run rather than be coerced. Every options dataclass gets ``extra='forbid'`` 
 ``options_config`` so an unknown key is an error.
 
 The constraints are ``Constraint`` metadata, which pydantic reads as the ``Field`` of the same
-arguments when simulator/scenario.py validates a scenario or prints its JSON Schema.
+arguments when simulator/scenario/model.py validates a scenario or prints its JSON Schema.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from simulator.cli_common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: F401 (tests import EXIT_USER_ERROR here)
+from simulator.commands.common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: F401 (tests import EXIT_USER_ERROR here)
                                   scheduler_option)
 
 
@@ -20,11 +20,11 @@ class LazyGroup(click.Group):
         "calibrate": "calibration.cli:calibrate",
         "fit": "cost_models.cli:fit_command",
         "profiles": "cost_models.cli:profiles_command",
-        "validate": "simulator.validate.command:validate",
-        "sweep": "simulator.sweep.command:sweep",
-        "compare": "simulator.compare:compare",
-        "plot": "simulator.plots.command:plot",
-        "timeline": "simulator.plots.command:timeline",
+        "validate": "simulator.commands.validate:validate",
+        "sweep": "simulator.commands.sweep:sweep",
+        "compare": "simulator.commands.compare:compare",
+        "plot": "simulator.commands.plot:plot",
+        "timeline": "simulator.commands.plot:timeline",
     }
 
     def list_commands(self, ctx):
@@ -59,14 +59,13 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
     if "numpy" not in sys.modules:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     from simulator.engine.progress import NoProgressError
-    from simulator.run_command import run_scenario_file
+    from simulator.commands.run import run_scenario_file
     from simulator.scenario import ScenarioError
     try:
-        outputs = run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots,
+        run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots,
                                     schedulers=schedulers, file_format=file_format)
     except (ScenarioError, NoProgressError) as exc:
         fail(str(exc))
-    keep_until_exit(outputs)
 
 
 @main.command()
@@ -127,17 +126,6 @@ def entry() -> None:
 
 _quick_exit = False   # entry() is running: the process ends with os._exit (_leave)
 _exit_status: list[int] = []   # set by entry() once main has exited with a status
-_kept: list = []   # a command's results, held until the quick exit (keep_until_exit)
-
-
-def keep_until_exit(results) -> None:
-    """Under the console script, hold a command's results until the process leaves: freed when
-    the command returns, a large run's objects go one by one, just before the OS takes the whole
-    memory back at once. Elsewhere (``main`` called in process), they are freed as usual."""
-    if _quick_exit:
-        _kept.append(results)
-
-
 def _leave() -> None:
     if not _exit_status:
         return

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from simulator.capacity import (CapacitySearch, find_capacity, meets_slos, parse_slos,
+from simulator.sweep.capacity import (CapacitySearch, find_capacity, meets_slos, parse_slos,
                                 search_boundary, single_scheduler_raw, summarize_capacity)
-from simulator.scenario_file import read_raw_scenario
+from simulator.scenario.file import read_raw_scenario
 from simulator.sweep.stats import mean_ci95, t_critical_95
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from tests.test_sweep import tiny, write
 
 from simulator.cli import EXIT_USER_ERROR, main
-from simulator.compare import curves_together
+from simulator.commands.compare import curves_together
 
 
 def two_files(tmp_path: Path, **changes) -> list[Path]:

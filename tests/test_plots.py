@@ -29,7 +29,7 @@ from simulator.plots.run_plots import plot_run
 from simulator.plots.run_series import read_result_dir_series, run_series_from_columns
 from simulator.plots.timeline import read_timeline_csv, record_timeline
 from simulator.plots.timeline_plot import plot_batch_timelines, timeline_figure
-from simulator.run_command import run_scenario_file, run_series
+from simulator.commands.run import run_scenario_file, run_series
 from simulator.runner import prepare, simulate
 from simulator.scenario import load_scenario
 from simulator.sweep.table import read_sweep_csv

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.scenario import Scenario, ScenarioError, _resolve_paths, validate_scenario
-from simulator.scenario_file import apply_overrides, read_raw_scenario
+from simulator.scenario import Scenario, ScenarioError, validate_scenario
+from simulator.scenario.model import _resolve_paths
+from simulator.scenario.file import apply_overrides, read_raw_scenario
 from simulator.policies.registry import get_preset, preset_names
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from simulator.run_command import run_scenario_file
+from simulator.commands.run import run_scenario_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))

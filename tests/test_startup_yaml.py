@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from simulator.scenario import ScenarioError
-from simulator.scenario_file import _FastStrictLoader, _StrictLoader, parse_yaml
+from simulator.scenario.file import _FastStrictLoader, _StrictLoader, parse_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_libyaml = pytest.mark.skipif(_FastStrictLoader is None, reason="PyYAML built without libyaml")

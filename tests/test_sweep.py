@@ -12,13 +12,13 @@ import yaml
 from click.testing import CliRunner
 
 from simulator.cli import EXIT_USER_ERROR, main
-from simulator.run_command import run_scenario_file
+from simulator.commands.run import run_scenario_file
 from simulator.runner import prepare, simulate
 from simulator.scenario import ScenarioError, validate_scenario
 from simulator.sweep import execute
 from simulator.sweep.execute import run_sweep
-from simulator.sweep.paths import set_path
-from simulator.sweep.plan import build_plan, load_plan
+from simulator.scenario.paths import set_path
+from simulator.scenario.sweep_plan import build_plan, load_plan
 from simulator.sweep.table import SWEEP_CSV, SweepTable, format_cell
 
 TINY = {

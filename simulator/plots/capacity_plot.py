@@ -9,7 +9,7 @@ from simulator.plots.figures import pyplot, save_figure
 
 
 def plot_capacity(capacities, base: Path, unit: str, slos_ms: dict[str, float]) -> list[Path]:
-    """``capacities``: SchedulerCapacity items (simulator/capacity.py), drawn in order."""
+    """``capacities``: SchedulerCapacity items (simulator/sweep/capacity.py), drawn in order."""
     return save_figure(capacity_figure(capacities, unit, slos_ms), base)
 
 

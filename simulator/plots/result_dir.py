@@ -19,7 +19,7 @@ from simulator.plots.overview import RUN_OVERVIEW, plot_run_overview
 from simulator.plots.run_series import read_result_dir_series
 from simulator.plots.timeline import TIMELINE_CSV, read_timeline_csv
 from simulator.plots.timeline_plot import plot_batch_timelines
-from simulator.sweep.plan import LOAD_KEYS
+from simulator.scenario.sweep_plan import LOAD_KEYS
 from simulator.sweep.table import KEY_COLUMNS, SWEEP_CSV, read_sweep_csv
 
 THROUGHPUT_LATENCY, SWEEP_POINTS = "throughput_latency", "sweep_points"

@@ -16,7 +16,7 @@ from simulator.results.atomic import atomic_write
 from simulator.runner import prepare, simulate
 from simulator.scenario import ScenarioError
 from simulator.sweep.backends import make_backend
-from simulator.sweep.plan import PlannedRun, PlannedWorkload, SweepPlan
+from simulator.scenario.sweep_plan import PlannedRun, PlannedWorkload, SweepPlan
 from simulator.sweep.table import ERROR_COLUMN, KEY_COLUMNS, SWEEP_CSV, SweepTable
 
 SWEEP_JSON = "sweep.json"

@@ -17,7 +17,7 @@ from simulator.results.files import ResultFolder, summary_json
 from simulator.results.timeseries import EngineSeries
 from simulator.runner import RunOutput, prepare, simulate
 from simulator.scenario import validate_scenario
-from simulator.scenario_file import apply_overrides
+from simulator.scenario.file import apply_overrides
 from simulator.validate.client_time import client_round_trip
 from simulator.validate.compare import Row, RunLatencies, compare
 from simulator.validate.cost import CostChoice, choose_cost_model, ms_option_s

@@ -2,7 +2,7 @@
 
 ``generate_workload(WorkloadSpec, rng) -> WorkloadTrace`` is the entry point; the option classes are
 frozen dataclasses with a ``kind`` discriminator; the scenario layer validates them from their type
-hints with pydantic (simulator/scenario.py). Arrival processes are in arrivals.py, length
+hints with pydantic (simulator/scenario/model.py). Arrival processes are in arrivals.py, length
 distributions in lengths.py, trace files and the request table in traces.py, priorities and the
 spec in generate.py.
 """

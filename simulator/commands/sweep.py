@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from simulator.cli_common import fail, scenario_arguments
+from simulator.commands.common import fail, scenario_arguments
 from simulator.sweep.backends import BACKENDS
 
 
@@ -35,7 +35,7 @@ def sweep(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
     from simulator.scenario import ScenarioError
     from simulator.sweep.backends import BackendError
     from simulator.sweep.execute import run_sweep
-    from simulator.sweep.plan import load_plan
+    from simulator.scenario.sweep_plan import load_plan
     from simulator.sweep.table import SweepFileError
     try:
         plan = load_plan(scenario_file, overrides)

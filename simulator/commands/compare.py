@@ -14,8 +14,8 @@ from pathlib import Path
 
 import click
 
-from simulator.cli_common import fail
-from simulator.sweep.command import backend_options
+from simulator.commands.common import fail
+from simulator.commands.sweep import backend_options
 
 UNITS = {"workload.arrival.rate": "req/s", "workload.max_concurrency": "concurrent requests"}
 OVER = {"rate": "workload.arrival.rate", "concurrency": "workload.max_concurrency"}
@@ -51,7 +51,7 @@ class CompareInput:
 def compare(scenario_files, out_dir, slo_items, over, num_seeds, rel_tol, overrides, workers,
             backend, address, no_sweeps, no_plots) -> None:
     """Highest load meeting the SLOs, per scheduler of each SCENARIO_FILE, with 95% intervals."""
-    from simulator.capacity import CapacitySearch, measure_capacity
+    from simulator.sweep.capacity import CapacitySearch, measure_capacity
     from simulator.engine.progress import NoProgressError
     from simulator.scenario import ScenarioError
     from simulator.sweep.backends import BackendError, make_backend
@@ -79,10 +79,10 @@ def compare(scenario_files, out_dir, slo_items, over, num_seeds, rel_tol, overri
 
 
 def _load(path: Path, overrides, slo_items, num_seeds) -> CompareInput:
-    from simulator.capacity import parse_slos, slos_from_goodput
+    from simulator.sweep.capacity import parse_slos, slos_from_goodput
     from simulator.scenario import ScenarioError, validate_scenario
-    from simulator.scenario_file import read_raw_scenario
-    from simulator.sweep.plan import SEED_KEY
+    from simulator.scenario.file import read_raw_scenario
+    from simulator.scenario.sweep_plan import SEED_KEY
     raw = read_raw_scenario(path, overrides)
     scenario = validate_scenario(raw, path.parent)
     slos = parse_slos(slo_items) if slo_items else slos_from_goodput(scenario)
@@ -108,7 +108,7 @@ def _check_names(inputs: list[CompareInput]) -> None:
 
 def _run_sweeps(inputs, out_dir: Path, backend, workers, address) -> list[tuple[str, Path]]:
     from simulator.sweep.execute import run_sweep
-    from simulator.sweep.plan import build_plan
+    from simulator.scenario.sweep_plan import build_plan
     done = []
     for item in inputs:
         if item.scenario.sweep:

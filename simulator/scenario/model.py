@@ -1,5 +1,5 @@
 """Scenario files: strict YAML validated before anything runs (design §7). Reading a file (YAML,
-``--set`` overrides) is simulator/scenario_file.py's; this module validates the mapping.
+``--set`` overrides) is simulator/scenario/file.py's; this module validates the mapping.
 
 Every user mistake becomes one ``ScenarioError`` line naming the field path, the value and what is
 allowed. ``servesim schema`` prints the JSON Schema of the same model so editors can check files.
@@ -23,8 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from cost_models.options import (Bool, Constraint, NonNegativeInt, PositiveFloat, PositiveInt,
                                  UnitInterval, options_config)
-from simulator.scenario_error import ScenarioError  # noqa: F401 (its home for callers)
-from simulator.scenario_file import read_raw_scenario
+from simulator.scenario.errors import ScenarioError  # noqa: F401 (its home for callers)
+from simulator.scenario.file import read_raw_scenario
 from simulator.policies.registry import get_preset, preset_names
 from simulator.workload.generate import WorkloadSpec
 
@@ -84,7 +84,7 @@ class Scenario:
     metrics: MetricsOptions = MetricsOptions()
     # `servesim sweep` only (`servesim run` ignores both and runs the file as written): dotted
     # field paths to lists of values, crossed; and how many seeds (seed, seed+1, ...) per point.
-    # simulator/sweep/plan.py checks every path and value before any run.
+    # simulator/scenario/sweep_plan.py checks every path and value before any run.
     sweep: dict[str, list[Any]] | None = None
     num_seeds: PositiveInt = 1
 
@@ -156,7 +156,7 @@ def _scheduler_options(index: int, entry: dict[str, Any]):
     cls = found.cls
     if not isinstance(getattr(cls, "Options", None), type):
         raise ScenarioError(f"schedulers[{index}].preset: {preset!r} is not a scheduler class (it "
-                            f"needs an Options dataclass; see simulator/schedulers/base.py)")
+                            f"needs an Options dataclass; see simulator/policies/base.py)")
     entry = {**found.defaults, **entry}   # the preset's own defaults (e.g. Sarathi's 512 budget)
     options = _validate_options(cls.Options, entry, index)
     name = getattr(options, "name", None)
@@ -226,7 +226,7 @@ def validate_scenario(raw: dict, base_dir: Path | None = None) -> Scenario:
     scenario.scheduler_options()
     _check_files(scenario)
     if scenario.sweep is not None or scenario.num_seeds != 1:
-        from simulator.sweep.plan import check_sweep  # late: the sweep package imports this one
+        from simulator.scenario.sweep_plan import check_sweep  # late: it imports this module
         check_sweep(raw, base_dir)
     return scenario
 

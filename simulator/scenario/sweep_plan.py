@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from simulator.scenario import Scenario, ScenarioError, validate_scenario
-from simulator.scenario_file import read_raw_scenario
-from simulator.sweep.paths import set_path, split_path
+from simulator.scenario.file import read_raw_scenario
+from simulator.scenario.paths import set_path, split_path
 
 SEED_KEY = "seed"
 # The axes a throughput-versus-latency curve runs along, in order of preference.

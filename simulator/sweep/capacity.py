@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from simulator.runner import prepare, simulate
 from simulator.scenario import ScenarioError, validate_scenario
-from simulator.sweep.paths import set_path
-from simulator.sweep.plan import LOAD_KEYS
+from simulator.scenario.paths import set_path
+from simulator.scenario.sweep_plan import LOAD_KEYS
 from simulator.sweep.stats import Estimate, mean_ci95
 
 SLO_KEY = re.compile(r"^(mean|median|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el)_ms$")

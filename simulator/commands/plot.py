@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from simulator.cli_common import scenario_arguments, scheduler_option
+from simulator.commands.common import scenario_arguments, scheduler_option
 
 BIG_TIMELINE_REQUESTS = 200
 
@@ -17,7 +17,7 @@ def plot(result_dir: Path, svg: bool) -> None:
     """Draw every plot the files in RESULT_DIR allow (sweep curves, run overview, latency CDFs,
     engine state, batch timeline)."""
     from simulator.plots.result_dir import plot_result_dir
-    from simulator.cli_common import fail
+    from simulator.commands.common import fail
     try:
         paths = plot_result_dir(result_dir, ("png", "svg") if svg else ("png",))
     except ValueError as exc:
@@ -41,7 +41,7 @@ def timeline(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ..
     from simulator.engine.progress import NoProgressError
     from simulator.runner import prepare
     from simulator.scenario import ScenarioError, load_scenario
-    from simulator.cli_common import fail
+    from simulator.commands.common import fail
     try:
         prepared = prepare(load_scenario(scenario_file, overrides), schedulers)
         if len(prepared.trace) > BIG_TIMELINE_REQUESTS:

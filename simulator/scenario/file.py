@@ -1,5 +1,5 @@
 """Reading a scenario file: its YAML text to a mapping, strictly (a key given twice is an error),
-and ``--set`` overrides applied; validation is simulator/scenario.py's.
+and ``--set`` overrides applied; validation is simulator/scenario/model.py's.
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from simulator.scenario_error import ScenarioError
+from simulator.scenario.errors import ScenarioError
 
 
 class _DuplicateKey(yaml.constructor.ConstructorError):

@@ -1,5 +1,5 @@
 """The error of a user mistake in a scenario: its own module, so that reading a scenario file
-(simulator/scenario_file.py) needs none of validation's imports."""
+(simulator/scenario/file.py) needs none of validation's imports."""
 
 
 class ScenarioError(ValueError):
