@@ -167,7 +167,8 @@ class Simulation:
             self.step_log.append(start_s, end_s, num_seqs, num_prefills, num_decodes, tokens,
                                  tokens - num_decodes, scheduler.num_running, len(scheduler.waiting),
                                  scheduler.kv.usage, batch.num_preempted)
-            watchdog.observe(num_sampled, batch.num_preempted, scheduler)
+            if not num_sampled or watchdog.steps_without_token:   # else observe() changes nothing
+                watchdog.observe(num_sampled, batch.num_preempted, scheduler)
             if finished:
                 self._on_finished(finished, end_s)
             if self.on_step is not None:
@@ -198,7 +199,8 @@ class Simulation:
         num_waiting = [waiting_before] * (len(ends) - 1) + [len(scheduler.waiting)]
         num_rows = [running_before, *num_running[:-1]]
         self.step_log.extend_decode_steps(start_s, ends, num_rows, num_running, num_waiting, usage)
-        watchdog.observe(num_rows[-1], 0, scheduler)   # every step of a run samples
+        if watchdog.steps_without_token:   # every step of a run samples: else nothing to reset
+            watchdog.observe(num_rows[-1], 0, scheduler)
 
     def _sleep_until(self, end_s: float):
         """Advance SimPy's clock to exactly ``end_s``: one delay if one lands on it, else two

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from operator import attrgetter, itemgetter
+from operator import attrgetter, itemgetter, sub
 
 from simulator.core import rules
 from simulator.core.batch import Batch
@@ -52,12 +52,11 @@ class DecodeCohort:
         self.pricer = DecodePricer(cost_model)
         self.num_steps = 0                   # cohort steps done
         # Per cohort step j >= first (older steps are dropped once no member needs them, so
-        # memory does not grow with steps): its end time, its gap ends[j] - ends[j - 1], and
-        # the running sum of squared gaps.
+        # memory does not grow with steps): its end time, and the running sum of squared gaps
+        # ends[j] - ends[j - 1].
         self.first = 0
         self._drop_at = _KEEP_STEPS
         self.ends: list[float] = []
-        self.gaps: list[float] = [math.nan]
         self.sq_prefix: list[float] = [0.0]
         # The steps whose gap is larger than every later gap, and those gaps (decreasing): the
         # largest gap since step a is the first entry at or after a (a member's max ITL). Below
@@ -185,7 +184,7 @@ class DecodeCohort:
         request.num_computed_tokens = computed + k   # one token scheduled per step (rule 1.2)
         j0, j = g0 - self.first, self.num_steps - 1 - self.first   # list indices
         later_max = self._max_gaps[bisect_left(self._max_steps, g0 + 1)] if k > 1 else 0.0
-        later_gaps = self.gaps[j0 + 1:j + 1] if request.itl_gaps_s is not None else ()
+        later_gaps = map(sub, self.ends[j0 + 1:j + 1], self.ends[j0:j]) if request.itl_gaps_s is not None else ()
         request.record_tokens(k, self.ends[j0], self.ends[j], self.sq_prefix[j] - self.sq_prefix[j0],
                               later_max, later_gaps)
         if not finishing:
@@ -262,7 +261,6 @@ class DecodeCohort:
         g, ends = self.num_steps, self.ends
         if ends:   # the first step ever has no gap
             gap = now_s - ends[-1]
-            self.gaps.append(gap)
             self.sq_prefix.append(self.sq_prefix[-1] + gap * gap)
             max_steps, max_gaps = self._max_steps, self._max_gaps
             if max_gaps[-1] <= gap:
@@ -299,7 +297,7 @@ class DecodeCohort:
         oldest = next(iter(self.members.values()))[0] if self.members else self.num_steps - 1
         drop = oldest - self.first
         if drop > 0:
-            del self.ends[:drop], self.gaps[:drop], self.sq_prefix[:drop]
+            del self.ends[:drop], self.sq_prefix[:drop]
             self.first = oldest
             stale = bisect_left(self._max_steps, oldest)
             del self._max_steps[1:stale], self._max_gaps[1:stale]   # the sentinel stays

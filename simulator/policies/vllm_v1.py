@@ -62,7 +62,8 @@ class VllmV1Scheduler(Scheduler):
     def schedule(self, now_s: float, batch: Batch | None = None) -> Batch:
         batch = Batch() if batch is None else batch
         budget = self.options.max_num_batched_tokens - batch.total_tokens
-        budget = self._schedule_running(batch, budget)
+        if self.running:
+            budget = self._schedule_running(batch, budget)
         if batch.num_preempted == 0:  # Phase B is skipped in a step that preempted (trap 4)
             self._schedule_waiting(batch, budget, now_s)
         if self.async_scheduling:  # tokens this step will sample count before they exist

@@ -1,10 +1,10 @@
 """The step log as columns: one row per forward pass, in the order the steps ran.
 
 The engine appends a step at a time (``append``) or a run of decode steps at once
-(``extend_decode_steps``) into one list per column; every ``chunk_rows`` rows the lists become
-typed arrays and go to the sink (steps.csv or .parquet) as one chunk. The table keeps the steps' series the summary
-and the plots read (STEP_SERIES) for the whole run, a few numbers a step; without a sink it keeps
-every column.
+(``extend_decode_steps``), each step one row; every ``chunk_rows`` rows the rows become one typed
+array per column and go to the sink (steps.csv or .parquet). The table keeps the steps' series
+the summary and the plots read (STEP_SERIES) for the whole run, a few numbers a step; without a
+sink it keeps every column.
 """
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ class StepTable:
     def __init__(self, sink=None, chunk_rows: int = CHUNK_ROWS):
         self.sink = sink
         self.chunk_rows = chunk_rows
-        self._buffers: dict[str, list] = {name: [] for name in STEP_COLUMNS}
+        self._rows: list[tuple] = []   # STEP_COLUMNS each
         self._kept = STEP_SERIES if sink is not None else STEP_COLUMNS
         self._chunks: list[dict[str, np.ndarray]] = []
         self._num_flushed = 0
 
     def __len__(self) -> int:
-        return self._num_flushed + len(self._buffers["end_s"])
+        return self._num_flushed + len(self._rows)
 
     @property
     def num_steps(self) -> int:
@@ -35,19 +35,9 @@ class StepTable:
                num_decode_seqs: int, num_tokens: int, num_prefill_tokens: int,
                num_running: int, num_waiting: int, kv_usage: float, num_preemptions: int) -> None:
         """Record one step."""
-        b = self._buffers
-        b["start_s"].append(start_s)
-        b["end_s"].append(end_s)
-        b["num_seqs"].append(num_seqs)
-        b["num_prefill_seqs"].append(num_prefill_seqs)
-        b["num_decode_seqs"].append(num_decode_seqs)
-        b["num_tokens"].append(num_tokens)
-        b["num_prefill_tokens"].append(num_prefill_tokens)
-        b["num_running"].append(num_running)
-        b["num_waiting"].append(num_waiting)
-        b["kv_usage"].append(kv_usage)
-        b["num_preemptions"].append(num_preemptions)
-        if len(b["end_s"]) >= self.chunk_rows:
+        self._rows.append((start_s, end_s, num_seqs, num_prefill_seqs, num_decode_seqs, num_tokens,
+                           num_prefill_tokens, num_running, num_waiting, kv_usage, num_preemptions))
+        if len(self._rows) >= self.chunk_rows:
             self.flush()
 
     def extend_decode_steps(self, start_s: float, end_s: list[float], num_rows: list[int],
@@ -58,30 +48,22 @@ class StepTable:
         k = len(end_s)
         if not (len(num_rows) == len(num_running) == len(num_waiting) == len(kv_usage) == k):
             raise ValueError(f"extend_decode_steps: per-step lists must all have len(end_s)={k}")
-        b = self._buffers
-        b["start_s"].append(start_s)
-        b["start_s"] += end_s[:-1]
-        b["end_s"] += end_s
-        for name in ("num_seqs", "num_decode_seqs", "num_tokens"):
-            b[name] += num_rows
         zeros = [0] * k
-        for name in ("num_prefill_seqs", "num_prefill_tokens", "num_preemptions"):
-            b[name] += zeros
-        b["num_running"] += num_running
-        b["num_waiting"] += num_waiting
-        b["kv_usage"] += kv_usage
-        if len(b["end_s"]) >= self.chunk_rows:
+        self._rows += zip([start_s, *end_s[:-1]], end_s, num_rows, zeros, num_rows, num_rows, zeros,
+                          num_running, num_waiting, kv_usage, zeros)
+        if len(self._rows) >= self.chunk_rows:
             self.flush()
 
     def flush(self) -> None:
         """Hand the buffered rows to the sink as one chunk, keeping what the table keeps."""
-        if not len(self._buffers["end_s"]):
+        if not self._rows:
             return
         try:
-            chunk = {name: np.array(values, STEP_DTYPES[name]) for name, values in self._buffers.items()}
+            chunk = {name: np.array(values, STEP_DTYPES[name])
+                     for name, values in zip(STEP_COLUMNS, zip(*self._rows))}
         except (TypeError, ValueError) as exc:   # e.g. a count that is no integer
             raise ValueError(f"step log: a value cannot be stored ({exc})") from None
-        self._buffers = {name: [] for name in STEP_COLUMNS}
+        self._rows = []
         if self.sink is not None:
             self.sink.write(chunk)
         self._chunks.append({name: chunk[name] for name in self._kept})
