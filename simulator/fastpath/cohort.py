@@ -40,6 +40,7 @@ from simulator.core.request import Request, RequestStatus
 from simulator.fastpath.pricing import DecodePricer
 
 _KEEP_STEPS = 4096   # step records kept before old ones are dropped (_drop_old_steps)
+_PRICED_AHEAD = 4    # steps a run prices at first, doubled while its rows stay the same
 _base_of = itemgetter(5)   # a member record's base
 _running_seq = attrgetter("running_seq")
 
@@ -320,6 +321,7 @@ class DecodeCohort:
         usage: list[float] = []
         num_running: list[int] = []
         times: list[float] = []   # priced durations of the coming steps, last step first
+        ahead = _PRICED_AHEAD
         while True:
             g = self.num_steps
             if self._later:
@@ -328,17 +330,18 @@ class DecodeCohort:
             if need > free:
                 break
             free -= need
-            if not times:   # the rows change after the next leaver's step
-                times = self.pricer.step_times(*self.decode_rows(), min(limit, finishes[0][0]) - g + 1,
-                                               next_arrival_s - now_s)
+            if not times:   # the rows stay the same through the next leaver's step
+                times = self.pricer.step_times(*self.decode_rows(),
+                                               min(ahead, min(limit, finishes[0][0]) - g + 1))
                 times.reverse()
+                ahead *= 2
             now_s = now_s + times.pop()
             self._record_step_end(now_s)
             if finishes[0][0] == g:
                 kv.num_free_blocks, self._taken_through = free, g
                 leave(self._leavers(g, now_s), now_s)
                 free = kv.num_free_blocks
-                times = []
+                times, ahead = [], _PRICED_AHEAD
             usage.append(1.0 - free / total)
             num_running.append(len(self.members))
             if g >= limit or not self.members or now_s >= next_arrival_s:

@@ -1,8 +1,8 @@
 """The step log as columns: one row per forward pass, in the order the steps ran.
 
 The engine appends a step at a time (``append``) or a run of decode steps at once
-(``extend_decode_steps``), each step one row; every ``chunk_rows`` rows the rows become one typed
-array per column and go to the sink (steps.csv or .parquet). The table keeps the steps' series
+(``extend_decode_steps``) into one list per column; every ``chunk_rows`` rows the lists become
+typed arrays and go to the sink (steps.csv or .parquet). The table keeps the steps' series
 the summary and the plots read (STEP_SERIES) for the whole run, a few numbers a step; without a
 sink it keeps every column.
 """
@@ -19,13 +19,13 @@ class StepTable:
     def __init__(self, sink=None, chunk_rows: int = CHUNK_ROWS):
         self.sink = sink
         self.chunk_rows = chunk_rows
-        self._rows: list[tuple] = []   # STEP_COLUMNS each
+        self._lists: tuple[list, ...] = tuple([] for _ in STEP_COLUMNS)
         self._kept = STEP_SERIES if sink is not None else STEP_COLUMNS
         self._chunks: list[dict[str, np.ndarray]] = []
         self._num_flushed = 0
 
     def __len__(self) -> int:
-        return self._num_flushed + len(self._rows)
+        return self._num_flushed + len(self._lists[1])
 
     @property
     def num_steps(self) -> int:
@@ -35,9 +35,20 @@ class StepTable:
                num_decode_seqs: int, num_tokens: int, num_prefill_tokens: int,
                num_running: int, num_waiting: int, kv_usage: float, num_preemptions: int) -> None:
         """Record one step."""
-        self._rows.append((start_s, end_s, num_seqs, num_prefill_seqs, num_decode_seqs, num_tokens,
-                           num_prefill_tokens, num_running, num_waiting, kv_usage, num_preemptions))
-        if len(self._rows) >= self.chunk_rows:
+        (start, end, seqs, prefill_seqs, decode_seqs, tokens, prefill_tokens, running, waiting,
+         kv, preemptions) = self._lists
+        start.append(start_s)
+        end.append(end_s)
+        seqs.append(num_seqs)
+        prefill_seqs.append(num_prefill_seqs)
+        decode_seqs.append(num_decode_seqs)
+        tokens.append(num_tokens)
+        prefill_tokens.append(num_prefill_tokens)
+        running.append(num_running)
+        waiting.append(num_waiting)
+        kv.append(kv_usage)
+        preemptions.append(num_preemptions)
+        if len(end) >= self.chunk_rows:
             self.flush()
 
     def extend_decode_steps(self, start_s: float, end_s: list[float], num_rows: list[int],
@@ -48,22 +59,32 @@ class StepTable:
         k = len(end_s)
         if not (len(num_rows) == len(num_running) == len(num_waiting) == len(kv_usage) == k):
             raise ValueError(f"extend_decode_steps: per-step lists must all have len(end_s)={k}")
+        (start, end, seqs, prefill_seqs, decode_seqs, tokens, prefill_tokens, running, waiting,
+         kv, preemptions) = self._lists
         zeros = [0] * k
-        self._rows += zip([start_s, *end_s[:-1]], end_s, num_rows, zeros, num_rows, num_rows, zeros,
-                          num_running, num_waiting, kv_usage, zeros)
-        if len(self._rows) >= self.chunk_rows:
+        start.append(start_s)
+        start += end_s[:-1]
+        end += end_s
+        for column in (seqs, decode_seqs, tokens):
+            column += num_rows
+        for column in (prefill_seqs, prefill_tokens, preemptions):
+            column += zeros
+        running += num_running
+        waiting += num_waiting
+        kv += kv_usage
+        if len(end) >= self.chunk_rows:
             self.flush()
 
     def flush(self) -> None:
         """Hand the buffered rows to the sink as one chunk, keeping what the table keeps."""
-        if not self._rows:
+        if not self._lists[1]:
             return
         try:
-            chunk = {name: np.array(values, STEP_DTYPES[name])
-                     for name, values in zip(STEP_COLUMNS, zip(*self._rows))}
+            chunk = {name: np.fromiter(values, STEP_DTYPES[name], len(values))
+                     for name, values in zip(STEP_COLUMNS, self._lists)}
         except (TypeError, ValueError) as exc:   # e.g. a count that is no integer
             raise ValueError(f"step log: a value cannot be stored ({exc})") from None
-        self._rows = []
+        self._lists = tuple([] for _ in STEP_COLUMNS)
         if self.sink is not None:
             self.sink.write(chunk)
         self._chunks.append({name: chunk[name] for name in self._kept})
