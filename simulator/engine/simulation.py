@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from itertools import chain
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import simpy
@@ -49,7 +49,6 @@ class SimulationResult:
     start_s: float
     end_s: float
     num_preemptions: int = 0
-    extras: dict = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
