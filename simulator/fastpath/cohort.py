@@ -124,40 +124,32 @@ class DecodeCohort:
         running = policy.running
         if policy.serves_running_in_order:
             joined = 0
-            while joined < len(running) and self._may_join(running[joined]):
-                self._join(running[joined])
+            while joined < len(running) and self._join(running[joined]):
                 joined += 1
             if joined:
                 del running[:joined]
             return
-        joiners = [r for r in batch.requests
-                   if r.status is RequestStatus.RUNNING and self._may_join(r)]
-        if joiners:
-            gone = set(joiners)
-            policy.running = [r for r in running if r not in gone]
-            for request in joiners:
-                self._join(request)
+        joined = {r for r in batch.requests if r.status is RequestStatus.RUNNING and self._join(r)}
+        if joined:
+            policy.running = [r for r in running if r not in joined]
 
-    def _may_join(self, request: Request) -> bool:
-        """A steady decoder whose blocks cover the coming step's slots but at most one more
-        block's worth: from then on it needs one block every block_size steps."""
-        return rules.decodes_next(request) and self._next_block_step(request) >= self.num_steps
-
-    def _next_block_step(self, request: Request) -> int:
-        """The cohort step at which a decoder next needs a block: each decode needs one more
-        slot than the one before, so the first step whose slots (rules.kv_tokens_needed)
-        exceed the blocks it holds."""
-        slots = rules.kv_tokens_needed(request.num_computed_tokens, 1, 0, None)
-        return self.num_steps + self.kv.num_blocks_of(request) * self.kv.block_size - slots + 1
-
-    def _join(self, request: Request) -> None:
-        """A running request that decodes from the next step on (rules.decodes_next)."""
+    def _join(self, request: Request) -> bool:
+        """Take in a request that decodes steadily from the next step on (rules.decodes_next)
+        and whose blocks cover that step's slots but at most one block's worth more: from then
+        on it needs one block every block_size steps. False (nothing done) for any other."""
+        if not rules.decodes_next(request):
+            return False
         g, computed, outputs = self.num_steps, request.num_computed_tokens, request.num_output_tokens
+        bs = self.kv.block_size
+        # The step of its next block: each decode needs one more slot than the one before, so
+        # the first step whose slots (rules.kv_tokens_needed) exceed the blocks it holds.
+        next_block = g + self.kv.num_blocks_of(request) * bs - rules.kv_tokens_needed(computed, 1, 0, None) + 1
+        if next_block < g:
+            return False
         key = self._next_key
         self._next_key += 1
         last_step = g + rules.output_limit(request, self.max_model_len) - outputs - 1
         base = computed - g
-        next_block = self._next_block_step(request)
         if not self.members or (self._max_base is not None and base > self._max_base):
             self._max_base = base
         self.members[request] = (g, computed, outputs, request.last_token_s, key, base, last_step,
@@ -165,10 +157,11 @@ class DecodeCohort:
         self.base_sum += base
         self.policy.num_held += 1
         insort(self._finishes, (last_step, key, request))
-        if next_block < g + self.kv.block_size:
-            self._due_at_phase[next_block % self.kv.block_size] += 1
+        if next_block < g + bs:
+            self._due_at_phase[next_block % bs] += 1
         else:
             insort(self._later, (next_block, key, request))
+        return True
 
     def _materialise(self, request: Request, finishing: bool = False) -> None:
         """Bring a member's fields up to date and take it out (``finishing``: it sampled its last
