@@ -20,7 +20,7 @@ from tests.test_sweep import quiet_sweep, tiny, write
 from simulator.cli import EXIT_USER_ERROR, main
 from simulator.plots.cdfs import latency_cdfs_figure
 from simulator.plots.curves import sweep_curves, sweep_points_figure, throughput_latency_figure
-from simulator.plots.decimate import (MAX_CDF_POINTS, MAX_EVENTS, MAX_SERIES_POINTS, cdf_points,
+from simulator.results.decimate import (MAX_CDF_POINTS, MAX_EVENTS, MAX_SERIES_POINTS, cdf_points,
                                       envelope, thin_events)
 from simulator.plots.engine_series import engine_timeseries_figure
 from simulator.plots.figures import SLO_LABEL_PREFIX, pyplot

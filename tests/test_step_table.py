@@ -94,3 +94,29 @@ def test_time_weighted_mean_over_a_window_counts_idle_time_as_zero():
         time_weighted_mean([1.0], [1.0], over_s=-1.0)
     with pytest.raises(ValueError, match="num_seqs"):
         EngineSeries.from_columns(StepTable().to_columns()).mean("num_seqs")
+
+
+def test_a_long_run_folds_windows_its_figures_agree_and_its_memory_stays_bounded(monkeypatch):
+    import simulator.results.step_table as step_table
+    rng = np.random.default_rng(3)
+    n = 5000
+    ends = np.cumsum(rng.uniform(0.01, 0.02, n))
+    rows = [(float(e - 0.005), float(e), 3, 0, 3, 3, 0, int(r), int(w), float(k), int(p))
+            for e, r, w, k, p in zip(ends, rng.integers(1, 90, n), rng.integers(0, 9, n),
+                                     rng.uniform(0, 1, n), rng.integers(0, 2, n))]
+    whole = StepTable(sink=Sink())
+    for row in rows:
+        whole.append(*row)
+    monkeypatch.setattr(step_table, "WINDOW_ROWS", 512)
+    monkeypatch.setattr(step_table, "WINDOW_POINTS", 32)
+    folded = StepTable(sink=Sink(), chunk_rows=256)
+    for row in rows:
+        folded.append(*row)
+    a, b = whole.stats(), folded.stats()
+    assert a.keys() == b.keys() and a["num_steps"] == b["num_steps"] == n
+    for key in a:
+        assert b[key] == pytest.approx(a[key], rel=1e-12)
+    kept = folded.to_columns()
+    assert len(kept["end_s"]) < n / 2                              # plot rows, not every step
+    assert np.all(np.diff(kept["end_s"]) > 0)                      # in time order
+    assert kept["num_running"].max() == max(r[7] for r in rows)    # the peaks stay

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from simulator.plots.decimate import cdf_points
+from simulator.results.decimate import cdf_points
 from simulator.plots.figures import FORMATS, SLO_LABEL_PREFIX, SLO_STYLE, new_figure, save_figure
 from simulator.plots.run_series import RunSeries
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from simulator.plots.decimate import envelope, thin_events
+from simulator.results.decimate import envelope, thin_events
 from simulator.plots.figures import FORMATS, new_figure, save_figure
 from simulator.plots.run_series import RunSeries
 

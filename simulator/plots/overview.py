@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from simulator.plots.decimate import cdf_points, envelope
+from simulator.results.decimate import cdf_points, envelope
 from simulator.plots.figures import new_figure, save_figure
 from simulator.plots.run_series import RunSeries
 

@@ -2,17 +2,24 @@
 
 The engine appends a step at a time (``append``) or a run of decode steps at once
 (``extend_decode_steps``) into one list per column; every ``chunk_rows`` rows the lists become
-typed arrays and go to the sink (steps.csv or .parquet). The table keeps the steps' series
-the summary and the plots read (STEP_SERIES) for the whole run, a few numbers a step; without a
-sink it keeps every column.
+typed arrays and go to the sink (steps.csv or .parquet). Without a sink the table keeps every
+column. With one it keeps the series the summary and the plots read (STEP_SERIES) for a window of
+up to ``WINDOW_ROWS`` steps; a full window is folded into the summary's sums and kept, for the
+plots, as its rows at each series' lowest and highest points per time bucket (and its steps that
+preempted): memory stays bounded however long the run. A run within one window gets its figures
+from its whole arrays, as ever; a longer one adds its windows' sums in turn, so its time-weighted
+means can differ from one whole-array sum in the last digits.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from simulator.results.columns import STEP_COLUMNS, STEP_DTYPES, STEP_SERIES
+from simulator.results.decimate import envelope, thin_events
 
 CHUNK_ROWS = 65_536
+WINDOW_ROWS = 1 << 20
+WINDOW_POINTS = 4_096   # rows a folded window keeps per series for the plots
 
 
 class StepTable:
@@ -21,8 +28,10 @@ class StepTable:
         self.chunk_rows = chunk_rows
         self._lists: tuple[list, ...] = tuple([] for _ in STEP_COLUMNS)
         self._kept = STEP_SERIES if sink is not None else STEP_COLUMNS
-        self._chunks: list[dict[str, np.ndarray]] = []
+        self._chunks: list[dict[str, np.ndarray]] = []   # the current window's
         self._num_flushed = 0
+        self._folded: list[dict] = []                    # each folded window's sums
+        self._decimated: list[dict[str, np.ndarray]] = []   # each folded window's plot rows
 
     def __len__(self) -> int:
         return self._num_flushed + len(self._lists[1])
@@ -90,14 +99,52 @@ class StepTable:
         self._chunks.append({name: _compact(chunk[name]) if self.sink is not None else chunk[name]
                              for name in self._kept})
         self._num_flushed += len(chunk["end_s"])
+        if self.sink is not None and sum(len(c["end_s"]) for c in self._chunks) >= WINDOW_ROWS:
+            self._fold_window()
 
-    def to_columns(self) -> dict[str, np.ndarray]:
-        """The kept columns over the whole run, each one array."""
-        self.flush()
+    def _window(self) -> dict[str, np.ndarray]:
+        """The current window's kept columns, each one array (its chunks let go)."""
         if len(self._chunks) != 1:
             self._chunks = [{name: np.concatenate([c[name] for c in self._chunks])
                              if self._chunks else np.empty(0, STEP_DTYPES[name]) for name in self._kept}]
         return self._chunks[0]
+
+    def _fold_window(self) -> None:
+        window = self._window()
+        self._folded.append(_sums(window))
+        self._decimated.append(_plot_rows(window))
+        self._chunks = []
+
+    def stats(self) -> dict:
+        """The summary's step figures: count, total and mean step time, peak and time-weighted
+        mean KV usage, running and waiting requests."""
+        self.flush()
+        parts = [*self._folded, _sums(self._window())] if self._folded else [_sums(self._window())]
+        n = sum(p["num_steps"] for p in parts)
+        if not n:
+            return {"num_steps": 0, "total_step_time_s": 0.0, "mean_step_time_ms": 0.0,
+                    "peak_kv_usage": 0.0, "mean_kv_usage": 0.0, "peak_num_running": 0,
+                    "mean_num_running": 0.0, "peak_num_waiting": 0, "mean_num_waiting": 0.0}
+        total_s = sum(p["total_s"] for p in parts if p["num_steps"])
+        figures = {"num_steps": n, "total_step_time_s": total_s,
+                   "mean_step_time_ms": float(total_s / n * 1000)}
+        for name, key in (("kv_usage", "kv_usage"), ("num_running", "num_running"),
+                          ("num_waiting", "num_waiting")):
+            peak = max(p["peak_" + name] for p in parts if p["num_steps"])
+            weighted = sum(p["weighted_" + name] for p in parts if p["num_steps"])
+            figures["peak_" + key] = peak
+            figures["mean_" + key] = weighted / total_s if total_s > 0 else 0.0
+        return figures
+
+    def to_columns(self) -> dict[str, np.ndarray]:
+        """The kept columns over the whole run, each one array (past one window: the folded
+        windows' plot rows, then the current window's rows)."""
+        self.flush()
+        window = self._window()
+        if not self._decimated:
+            return window
+        return {name: np.concatenate([*(d[name] for d in self._decimated), window[name]])
+                for name in self._kept}
 
     @classmethod
     def from_columns(cls, columns) -> "StepTable":
@@ -115,3 +162,29 @@ def _compact(column: np.ndarray) -> np.ndarray:
     """A kept count in 32 bits (queue lengths and preemptions of one step): half the memory of a
     long run's series, the same values."""
     return column.astype(np.int32) if column.dtype == np.int64 else column
+
+
+def _sums(w: dict[str, np.ndarray]) -> dict:
+    """A window's share of the step figures (time weights: each step's duration)."""
+    d = w["end_s"] - w["start_s"]
+    if not len(d):
+        return {"num_steps": 0}
+    sums = {"num_steps": len(d), "total_s": float(d.sum())}
+    for name in ("kv_usage", "num_running", "num_waiting"):
+        values = w[name]
+        sums["peak_" + name] = values.max().item()
+        # Not np.dot: BLAS sums in an order that depends on its threads; numpy's own sum does not.
+        sums["weighted_" + name] = float(np.sum(d * np.asarray(values, dtype=np.float64)))
+    return sums
+
+
+def _plot_rows(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A window's rows at each series' lowest and highest points per time bucket, and its
+    steps that preempted most per bucket (simulator/results/decimate.py). Step ends increase,
+    so a kept time names its row."""
+    t = w["end_s"]
+    keep = [np.searchsorted(t, envelope(t, w[name], WINDOW_POINTS)[0])
+            for name in ("num_running", "num_waiting", "kv_usage")]
+    keep.append(thin_events(t, w["num_preemptions"], WINDOW_POINTS))
+    rows = np.unique(np.concatenate(keep))
+    return {name: column[rows] for name, column in w.items()}

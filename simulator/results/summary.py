@@ -25,7 +25,6 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from simulator.results.timeseries import EngineSeries
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
@@ -230,18 +229,10 @@ def _client_queue_stats_ms(lat: _Latencies, pcts: tuple[float, ...], with_e2el: 
 
 
 def _step_fields(steps) -> dict:
-    """Engine figures over simulated steps; queue and KV means are weighted by step time."""
-    names = ("num_steps", "total_step_time_s", "mean_step_time_ms", "peak_kv_usage",
-             "mean_kv_usage", "peak_num_running", "mean_num_running", "peak_num_waiting",
-             "mean_num_waiting")
+    """Engine figures over simulated steps (StepTable.stats); queue and KV means are weighted
+    by step time."""
     if steps is None:
-        return dict.fromkeys(names)
-    s = EngineSeries.from_columns(steps.to_columns() if hasattr(steps, "to_columns") else steps)
-    if not len(s):
-        return {name: 0 if name.startswith(("num_", "peak_num")) else 0.0 for name in names}
-    return {"num_steps": len(s),
-            "total_step_time_s": float(s.step_time_s.sum()),
-            "mean_step_time_ms": float(np.mean(s.step_time_s) * 1000),
-            "peak_kv_usage": float(s.kv_usage.max()), "mean_kv_usage": s.mean("kv_usage"),
-            "peak_num_running": int(s.num_running.max()), "mean_num_running": s.mean("num_running"),
-            "peak_num_waiting": int(s.num_waiting.max()), "mean_num_waiting": s.mean("num_waiting")}
+        return dict.fromkeys(("num_steps", "total_step_time_s", "mean_step_time_ms", "peak_kv_usage",
+                              "mean_kv_usage", "peak_num_running", "mean_num_running",
+                              "peak_num_waiting", "mean_num_waiting"))
+    return steps.stats()
