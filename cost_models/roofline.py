@@ -47,7 +47,6 @@ class RooflineCostModel:
     # order of 10 us; paid 2 x num_layers times per step at tensor_parallel_size > 1.
     allreduce_latency_s: float = 1e-5
     _k: "_PerRank" = field(init=False, repr=False, compare=False)
-    _by_tokens: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_tensor_parallel_size(self.model, self.tensor_parallel_size)
@@ -60,7 +59,6 @@ class RooflineCostModel:
             if not _is_number(value) or value < 0:
                 raise ValueError(f"cost_model.{name}: {value!r} is not a non-negative number of seconds")
         object.__setattr__(self, "_k", _per_rank(self))
-        object.__setattr__(self, "_by_tokens", {})
 
     def step_time_s(self, shape: BatchShape) -> float:
         (tokens, decode_ctx, num_decode, prefill_pairs, prefill_ctx, _, num_sampled,
@@ -95,22 +93,17 @@ class RooflineCostModel:
 
     def _token_terms(self, tokens: int, num_sampled: int) -> tuple[float, float, float]:
         """The terms that depend on the token and sampled-row counts only: the linear layers,
-        the lm_head and sampler, the all-reduces (0.0 where absent: adding it changes nothing).
-        Kept by counts, which repeat step after step."""
-        key = (tokens, num_sampled)
-        terms = self._by_tokens.get(key)
-        if terms is None:
-            k = self._k
-            weight_s = k.dense_weight_s
-            if k.expert_s:
-                weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
-            linear_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
-            sampling_s = max(k.lm_head_s_per_row * num_sampled,
-                             k.lm_head_weight_s + k.logit_s_per_row * num_sampled) if num_sampled else 0.0
-            allreduce_s = (k.allreduces * (k.allreduce_s_per_token * tokens + self.allreduce_latency_s)
-                           if k.allreduces else 0.0)
-            terms = self._by_tokens[key] = (linear_s, sampling_s, allreduce_s)
-        return terms
+        the lm_head and sampler, the all-reduces (0.0 where absent: adding it changes nothing).        """
+        k = self._k
+        weight_s = k.dense_weight_s
+        if k.expert_s:
+            weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
+        linear_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
+        sampling_s = max(k.lm_head_s_per_row * num_sampled,
+                         k.lm_head_weight_s + k.logit_s_per_row * num_sampled) if num_sampled else 0.0
+        allreduce_s = (k.allreduces * (k.allreduce_s_per_token * tokens + self.allreduce_latency_s)
+                       if k.allreduces else 0.0)
+        return linear_s, sampling_s, allreduce_s
 
 
 def _is_number(value) -> bool:
