@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import simulator.results.request_table as request_table
+import simulator.results.files as result_files
 import simulator.results.step_table as step_table
 from simulator.results import load
 from simulator.results.columns import REQUEST_COLUMNS, STEP_COLUMNS
@@ -122,6 +123,17 @@ def test_a_failure_leaves_no_folder_and_the_older_one_intact(tmp_path):
                 raise RuntimeError("stop")
     assert sorted(os.listdir(tmp_path)) == ["keep"]          # no half-written folder, no staging
     assert os.listdir(tmp_path / "keep") == ["old.txt"]
+
+
+def test_a_chunk_that_cannot_be_written_stops_the_run_and_leaves_no_folder(tmp_path, monkeypatch):
+    """Chunks are written on a thread: what writing one raised comes back to the run."""
+    def disk_full(self, batch):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(result_files._CsvWriter, "write_batch", disk_full)
+    monkeypatch.setattr(step_table, "CHUNK_ROWS", 5)
+    with pytest.raises(OSError, match="No space left"):
+        run_into(tmp_path / "run", scenario(num_requests=20))
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_result_dir_that_is_a_file_is_refused(tmp_path):

@@ -3,8 +3,9 @@ and ``summary.json``, in a folder that appears whole or not at all.
 
 The tables are written a chunk at a time as the run goes (appended CSV, or a Parquet row group
 per chunk) into a staging folder (atomic.py), renamed into place once the summary is written; any
-failure removes the staging folder. CSV floats are pyarrow's shortest round-trip text (an integral
-value without ".0"); JSON keys are sorted and floats their repr, so a seed gives the same bytes.
+failure removes the staging folder. pyarrow formats and writes a chunk without holding the GIL,
+so each chunk is written on a thread while the run goes on, one chunk per table at a time. CSV
+floats are pyarrow's shortest round-trip text (an integral value without ".0"); JSON keys are sorted and floats their repr, so a seed gives the same bytes.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 import math
 import os
 import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,20 +34,34 @@ class TableFile:
         self.path, self.names, self.format = path, names, file_format
         self.schema = pa.schema([(name, pa.from_numpy_dtype(dtypes[name])) for name in names])
         self._writer = None
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=path.name)
+        self._writing: Future | None = None
 
     def write(self, columns: dict[str, np.ndarray]) -> None:
         import pyarrow as pa
         batch = pa.RecordBatch.from_arrays(
             [_arrow_column(columns[name], self.missing(name, columns)) for name in self.names],
             schema=self.schema)
-        self._open().write_batch(batch)
+        writer = self._open()
+        self.wait()
+        self._writing = self._thread.submit(writer.write_batch, batch)
+
+    def wait(self) -> None:
+        """Until the chunk being written is written (raising what writing it raised)."""
+        if self._writing is not None:
+            writing, self._writing = self._writing, None
+            writing.result()
 
     def missing(self, name: str, columns: dict) -> np.ndarray | None:
         """Which cells of a column are empty (none by default)."""
         return None
 
     def close(self) -> None:
-        self._open().close()
+        try:
+            self.wait()
+            self._open().close()
+        finally:
+            self._thread.shutdown()
 
     def _open(self):
         if self._writer is None:
@@ -142,6 +158,8 @@ class ResultFolder:
 
     def __exit__(self, *exc_info) -> None:
         if self._staging is not None:
+            for table in (self.steps, self.requests):
+                table._thread.shutdown()   # a chunk still being written goes on into the staging folder
             shutil.rmtree(self._staging, ignore_errors=True)
 
 
