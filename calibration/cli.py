@@ -66,6 +66,3 @@ def calibrate(model: str, device: str, dtype: str | None, tp: int, grid_name: st
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"wrote {path / 'timings.csv'} and {path / 'meta.json'}")
-
-
-main = calibrate

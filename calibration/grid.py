@@ -172,7 +172,3 @@ def preflight_grid() -> tuple[StepShape, ...]:
         for key in (lambda s: (s.tokens, s.kv_tokens), lambda s: (s.kv_tokens, s.tokens)):
             picks += [min(shapes, key=key), max(shapes, key=key)]
     return tuple(dict.fromkeys(picks))
-
-
-def build_grid(quick: bool) -> tuple[StepShape, ...]:
-    return quick_grid() if quick else full_grid()

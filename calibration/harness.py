@@ -14,7 +14,7 @@ import torch
 
 from calibration.attention import plan_groups
 from calibration.decoder import Decoder, RankShapes, StepInputs, shard
-from calibration.grid import StepShape, build_grid
+from calibration.grid import StepShape, named_grid
 from calibration.kv_cache import KvPool, KvPoolPlan, plan_pool
 from calibration.meta import base_meta
 from calibration.options import CalibrationOptions
@@ -38,7 +38,7 @@ def run_calibration(options: CalibrationOptions) -> Path:
     device = _device(options.device)
     spec = load_model(options.model)
     rank = shard(spec, options.tp)
-    grid = options.grid or build_grid(options.quick)
+    grid = options.grid or named_grid("quick" if options.quick else "full")
     dtype = TORCH_DTYPES[options.resolved_dtype]
     with torch.inference_mode():
         decoder = Decoder(rank, dtype, device, max(s.max_position for s in grid), options.seed,
@@ -68,7 +68,8 @@ def _run_grid(options, decoder, pool, grid, meta, started, out_dir) -> None:
                 rows = _time_shape(options, decoder, pool, shape, rng, meta)
             except torch.OutOfMemoryError as exc:  # one shape too big must not end the capture
                 meta["shape_errors"].append(f"{shape.label}: out of memory: {exc}"[:500])
-                _free_cached_memory(decoder.device)
+                if decoder.device.type == "cuda":
+                    torch.cuda.empty_cache()
                 continue
             writer.append(rows)
             meta["shapes_timed"] += 1
@@ -167,11 +168,6 @@ def _activation_bytes(rank: RankShapes, grid: tuple[StepShape, ...], dtype: torc
 def _budget_spent(options: CalibrationOptions, started: float) -> bool:
     return (options.time_budget_s is not None
             and time.monotonic() - started >= options.time_budget_s)
-
-
-def _free_cached_memory(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
 
 
 def _device(name: str) -> torch.device:

@@ -17,8 +17,8 @@ def time_eager(step: Step, device: torch.device, warmup: int, repeats: int) -> l
     """Milliseconds per repetition of ``step`` run eagerly."""
     for _ in range(warmup):
         step()
-    _sync(device)
     if device.type == "cuda":
+        torch.cuda.synchronize()
         return [_cuda_ms(step) for _ in range(repeats)]
     return [_cpu_ms(step) for _ in range(repeats)]
 
@@ -63,8 +63,3 @@ def _cpu_ms(fn: Step) -> float:
     t0 = time.perf_counter()
     fn()
     return (time.perf_counter() - t0) * 1e3
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()

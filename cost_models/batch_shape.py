@@ -103,11 +103,6 @@ class BatchShape:
         return self.work_counts[0]
 
     @property
-    def is_decode(self) -> np.ndarray:
-        """Per listed sequence (decode_rows are decodes too)."""
-        return self.new_tokens == 1
-
-    @property
     def num_decode_seqs(self) -> int:
         return self.work_counts[2]
 

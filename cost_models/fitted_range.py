@@ -30,10 +30,9 @@ class FittedRange:
                 return f"a sequence of {longest} tokens > fitted {self.max_context}"
         return None
 
-    def warn_once(self, model_name: str, shape: BatchShape | None, counts: tuple, warned: list,
-                  longest: int | None = None) -> None:
+    def warn_once(self, model_name: str, shape: BatchShape, counts: tuple, warned: list) -> None:
         """One RuntimeWarning per model instance, naming the first shape outside the range."""
-        problem = self.outside(shape, counts, longest)
+        problem = self.outside(shape, counts)
         if problem:
             warned[0] = True
             warnings.warn(f"cost model {model_name!r}: batch shape outside the fitted range "
@@ -52,9 +51,6 @@ class FittedRange:
         return cls(max_tokens=max(s.num_tokens for s in shapes),
                    max_seqs=max(s.num_seqs for s in shapes),
                    max_context=max(s.longest_sequence for s in shapes if s.num_seqs))
-
-
-NUM_COUNTS = 8  # work counts per step, see step_counts
 
 
 def step_counts(shape: BatchShape) -> tuple[float, ...]:

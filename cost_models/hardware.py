@@ -39,10 +39,6 @@ class HardwareSpec:
     interconnect_bandwidth_Bps: float  # per GPU, as datasheets quote it (NVLink totals, PCIe x16)
     source: str
 
-    @property
-    def memory_gib(self) -> float:
-        return self.memory_bytes / GiB
-
 
 @functools.cache
 def _catalog() -> tuple[tuple[HardwareSpec, ...], dict[str, str]]:

@@ -91,39 +91,35 @@ class ModelSpec:
         return replace(self, max_model_len=max_model_len)
 
 
-def _spec(name: str, **kw) -> ModelSpec:
-    return ModelSpec(name=name, **kw)
-
-
 # Published architectures (the models' own config.json files on their hubs).
 PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
-    _spec("llama-2-7b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=32,
-          intermediate_size=11008, vocab_size=32000, max_model_len=4096),
-    _spec("llama-2-13b", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
-          intermediate_size=13824, vocab_size=32000, max_model_len=4096),
-    _spec("llama-2-70b", num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
-          intermediate_size=28672, vocab_size=32000, max_model_len=4096),
-    _spec("llama-3.1-8b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
-          intermediate_size=14336, vocab_size=128256, max_model_len=131072),
-    _spec("llama-3.1-70b", num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
-          intermediate_size=28672, vocab_size=128256, max_model_len=131072),
-    _spec("qwen3-8b", num_layers=36, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
-          head_dim=128, intermediate_size=12288, vocab_size=151936, max_model_len=40960,
-          qk_norm=True),
-    _spec("qwen3-32b", num_layers=64, hidden_size=5120, num_attention_heads=64, num_kv_heads=8,
-          head_dim=128, intermediate_size=25600, vocab_size=151936, max_model_len=40960,
-          qk_norm=True),
-    _spec("qwen3-30b-a3b", num_layers=48, hidden_size=2048, num_attention_heads=32, num_kv_heads=4,
-          head_dim=128, intermediate_size=6144, vocab_size=151936, max_model_len=262144,
-          num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, qk_norm=True),
-    _spec("opt-13b", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
-          intermediate_size=20480, vocab_size=50272, max_model_len=2048, mlp_kind="relu",
-          tie_word_embeddings=True),
-    _spec("yi-34b", num_layers=60, hidden_size=7168, num_attention_heads=56, num_kv_heads=8,
-          intermediate_size=20480, vocab_size=64000, max_model_len=4096),
+    ModelSpec("llama-2-7b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=32,
+              intermediate_size=11008, vocab_size=32000, max_model_len=4096),
+    ModelSpec("llama-2-13b", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
+              intermediate_size=13824, vocab_size=32000, max_model_len=4096),
+    ModelSpec("llama-2-70b", num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
+              intermediate_size=28672, vocab_size=32000, max_model_len=4096),
+    ModelSpec("llama-3.1-8b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+              intermediate_size=14336, vocab_size=128256, max_model_len=131072),
+    ModelSpec("llama-3.1-70b", num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
+              intermediate_size=28672, vocab_size=128256, max_model_len=131072),
+    ModelSpec("qwen3-8b", num_layers=36, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+              head_dim=128, intermediate_size=12288, vocab_size=151936, max_model_len=40960,
+              qk_norm=True),
+    ModelSpec("qwen3-32b", num_layers=64, hidden_size=5120, num_attention_heads=64, num_kv_heads=8,
+              head_dim=128, intermediate_size=25600, vocab_size=151936, max_model_len=40960,
+              qk_norm=True),
+    ModelSpec("qwen3-30b-a3b", num_layers=48, hidden_size=2048, num_attention_heads=32, num_kv_heads=4,
+              head_dim=128, intermediate_size=6144, vocab_size=151936, max_model_len=262144,
+              num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, qk_norm=True),
+    ModelSpec("opt-13b", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
+              intermediate_size=20480, vocab_size=50272, max_model_len=2048, mlp_kind="relu",
+              tie_word_embeddings=True),
+    ModelSpec("yi-34b", num_layers=60, hidden_size=7168, num_attention_heads=56, num_kv_heads=8,
+              intermediate_size=20480, vocab_size=64000, max_model_len=4096),
     # The tiny Llama that ../shared/tools/vllm-cpu builds (make_tiny_model.py defaults), fp32 there.
-    _spec("tiny-llama", num_layers=8, hidden_size=512, num_attention_heads=8, num_kv_heads=8,
-          intermediate_size=1408, vocab_size=32000, max_model_len=4096, dtype_bytes=4),
+    ModelSpec("tiny-llama", num_layers=8, hidden_size=512, num_attention_heads=8, num_kv_heads=8,
+              intermediate_size=1408, vocab_size=32000, max_model_len=4096, dtype_bytes=4),
 ]}
 
 

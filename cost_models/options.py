@@ -36,10 +36,8 @@ class Constraint:
         return handler(Annotated[source, Field(**self.field_arguments())])
 
 
-Int = Annotated[int, Constraint(strict=True)]
 PositiveInt = Annotated[int, Constraint(strict=True, gt=0)]
 NonNegativeInt = Annotated[int, Constraint(strict=True, ge=0)]
-Float = Annotated[float, Constraint(strict=True)]
 PositiveFloat = Annotated[float, Constraint(strict=True, gt=0)]
 NonNegativeFloat = Annotated[float, Constraint(strict=True, ge=0)]
 Fraction = Annotated[float, Constraint(strict=True, ge=0.0, lt=1.0)]

@@ -45,13 +45,6 @@ TERMS = ("step_overhead_s", "linear_s_per_token", "token_s", "decode_ctx_s_per_t
 LATER_TERMS = ("seq_sqrt_s",)
 
 
-def design_row(counts: tuple[float, ...], knee_tokens: float) -> list[float]:
-    """The feature vector matching TERMS for one step's counts."""
-    tokens, decode_ctx, num_decodes, pairs, prefill_ctx, num_prefills, num_sampled, num_seqs = counts
-    return [1.0, max(knee_tokens, tokens), tokens, decode_ctx, num_decodes, pairs, prefill_ctx,
-            num_prefills, num_sampled, float(np.sqrt(num_seqs))]
-
-
 def design_matrix(counts: np.ndarray, knee_tokens: float) -> np.ndarray:
     """Feature matrix for an array of step counts (rows from step_counts)."""
     c = np.asarray(counts, float)

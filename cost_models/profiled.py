@@ -62,9 +62,6 @@ class Table1D:
         x0, x1 = xs[i - 1], xs[i]
         return ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (x1 - x0)
 
-    def to_json(self, x_name: str) -> dict:
-        return {x_name: self.x, "seconds": self.y}
-
 
 class RooflineAttention:
     """Attention and lm_head from the datasheet roofline, where a profile has no such kernels (Vidur)."""
@@ -84,13 +81,6 @@ class RooflineAttention:
             per_layer += max(k.attn_s_per_pair * pairs, k.kv_s_per_token * (prefill_ctx + prefill_tokens)
                              + k.q_s_per_token * prefill_tokens)
         return per_layer  # the roofline's constants already count every layer
-
-    def decode_s(self, num_decodes: int, decode_ctx):
-        """time_s of an all-decode step (decode_ctx may be an array: one value per step)."""
-        k = self._k
-        decode_pairs = decode_ctx + num_decodes
-        return np.maximum(k.attn_s_per_pair * decode_pairs,
-                          k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decodes)
 
     def sampling_s(self, num_sampled: int) -> float:
         k = self._k
@@ -129,7 +119,8 @@ class TableCostModel:
             return self.step_overhead_s
         if not self._warned[0] and not self._surely_inside(counts):
             self.fitted_range.warn_once(self.name, shape, counts, self._warned)
-        longest = _longest_decode(shape, counts) if self._skew else 0
+        # The longest context among the decodes, for the skew term (0 with fewer than two).
+        longest = shape.longest_decode_context if self._skew and counts[2] >= 2 else 0
         if counts[5] and self._grid:   # a grid reads the prompt chunks
             return self._time_s(counts, shape.new_tokens, shape.context_tokens, longest)
         return self._time_s(counts, None, None, longest)
@@ -149,7 +140,7 @@ class TableCostModel:
         k = self.attention._k
         layers_s, a, b, q = self.num_layers * per_layer, k.attn_s_per_pair, k.kv_s_per_token, \
             k.q_s_per_token * num_seqs
-        overhead_s, whole_s, sampling_s = self.step_overhead_s, whole_s or 0.0, sampling_s or 0.0
+        overhead_s = self.step_overhead_s
         times, pairs = [], context_sum + num_seqs
         for _ in range(num_steps):
             times.append(float(layers_s + max(a * pairs, b * pairs + q) + overhead_s + whole_s + sampling_s))
@@ -175,26 +166,16 @@ class TableCostModel:
         if self._grid:
             per_layer += attention
             attention = 0.0
-        time_s = self.num_layers * per_layer + attention + self.step_overhead_s
-        if whole_s is not None:
-            time_s += whole_s
-        if sampling_s is not None:
-            time_s += sampling_s
-        return float(time_s)
+        return float(self.num_layers * per_layer + attention + self.step_overhead_s + whole_s + sampling_s)
 
     def _token_terms(self, tokens: int, num_sampled: int) -> tuple:
-        """(per-layer non-attention time, whole-model time, lm_head and sampler time)."""
+        """(per-layer non-attention time, whole-model time, lm_head and sampler time), 0.0 if absent."""
         per_layer = self.layer(tokens)
         if self.allreduce is not None:
             per_layer += 2 * self.allreduce(tokens * self.allreduce_bytes_per_token)
-        whole_s = self.whole_model(tokens) if self.whole_model is not None else None
-        sampling_s = None
+        whole_s = self.whole_model(tokens) if self.whole_model is not None else 0.0
+        sampling_s = 0.0
         if num_sampled:
             sampling_s = self.sequence(num_sampled) if self.sequence is not None \
                 else self.attention.sampling_s(num_sampled)
         return per_layer, whole_s, sampling_s
-
-
-def _longest_decode(shape: BatchShape, counts: tuple) -> int:
-    """The longest context among the decodes (for the skew term; 0 with fewer than two)."""
-    return shape.longest_decode_context if counts[2] >= 2 else 0

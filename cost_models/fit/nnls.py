@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 
-def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """argmin ||a x - b|| subject to x >= 0 (Lawson & Hanson 1974, chapter 23)."""
     a = np.asarray(a, float)
     b = np.asarray(b, float)
@@ -21,7 +21,7 @@ def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarra
     x = np.zeros(num_cols)
     passive = np.zeros(num_cols, bool)
     tol = 10 * np.finfo(float).eps * max(a.shape) * max(1.0, np.abs(a).max())
-    for _ in range(max_iter or 3 * num_cols + 10):
+    for _ in range(3 * num_cols + 10):
         gradient = a.T @ (b - a @ x)
         candidates = ~passive & (gradient > tol)
         if not candidates.any():

@@ -12,10 +12,9 @@ def holdout_mask(num_rows: int, holdout_every: int) -> np.ndarray:
     """True for the rows held out: every ``holdout_every``-th row (the 5th, 10th, ... for 5); none for 0."""
     if holdout_every == 1 or holdout_every < 0:
         raise ValueError(f"holdout_every: {holdout_every} is not 0 (no hold-out) or an integer >= 2")
-    index = np.arange(num_rows)
     if holdout_every == 0:
         return np.zeros(num_rows, bool)
-    return index % holdout_every == holdout_every - 1
+    return np.arange(num_rows) % holdout_every == holdout_every - 1
 
 
 def errors(predicted: np.ndarray, measured: np.ndarray) -> dict:

@@ -81,13 +81,11 @@ def _tables(request: FitRequest, tables_list) -> FitOutcome:
     name = request.name or f"{hardware}-{model_name}"
     fits = [(t, fit_tables(t, request.holdout_every)) for t in tables_list]
     lines = [f"{name}: tables from {first.source.description.rsplit(', tp', 1)[0]}"]
-    with_roofline = []
     for t, f in fits:
         lines.append(f"tp {t.tensor_parallel_size}: held-out error (every {request.holdout_every}th grid point)")
         for component, e in f.holdout_errors.items():
             lines.append(format_errors(f"  {component}", e if "all" in e else {"all": e}))
-        with_roofline.append((t, f, None))
-    data = model_file.tables_json(with_roofline, name, spec.num_layers, request.holdout_every,
+    data = model_file.tables_json([(t, f, None) for t, f in fits], name, spec.num_layers, request.holdout_every,
                                   request.step_overhead_s, model_file.KERNEL_OVERHEAD_SOURCE,
                                   spec.hidden_size, spec.dtype_bytes)
     data["model"], data["hardware"] = spec.name, hardware
