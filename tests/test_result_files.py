@@ -127,9 +127,10 @@ def test_a_failure_leaves_no_folder_and_the_older_one_intact(tmp_path):
 
 def test_a_chunk_that_cannot_be_written_stops_the_run_and_leaves_no_folder(tmp_path, monkeypatch):
     """Chunks are written on a thread: what writing one raised comes back to the run."""
-    def disk_full(self, batch):
-        raise OSError(28, "No space left on device")
-    monkeypatch.setattr(result_files._CsvWriter, "write_batch", disk_full)
+    class FullDisk:
+        def write_batch(self, batch):
+            raise OSError(28, "No space left on device")
+    monkeypatch.setattr(result_files.TableFile, "_open", lambda self: FullDisk())
     monkeypatch.setattr(step_table, "CHUNK_ROWS", 5)
     with pytest.raises(OSError, match="No space left"):
         run_into(tmp_path / "run", scenario(num_requests=20))

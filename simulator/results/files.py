@@ -5,7 +5,8 @@ The tables are written a chunk at a time as the run goes (appended CSV, or a Par
 per chunk) into a staging folder (atomic.py), renamed into place once the summary is written; any
 failure removes the staging folder. pyarrow formats and writes a chunk without holding the GIL,
 so each chunk is written on a thread while the run goes on, one chunk per table at a time. CSV
-floats are pyarrow's shortest round-trip text (an integral value without ".0"); JSON keys are sorted and floats their repr, so a seed gives the same bytes.
+floats are pyarrow's shortest round-trip text (an integral value without ".0"); JSON keys are
+sorted and floats their repr, so a seed gives the same bytes.
 """
 from __future__ import annotations
 
@@ -67,28 +68,12 @@ class TableFile:
         if self._writer is None:
             if self.format == "csv":
                 import pyarrow.csv as pv
-                with open(self.path, "w", encoding="utf-8") as f:   # pyarrow would quote the names
-                    f.write(",".join(self.names) + "\n")
-                self._file = open(self.path, "ab")
-                self._writer = _CsvWriter(pv.CSVWriter(self._file, self.schema,
-                                                       write_options=pv.WriteOptions(include_header=False)),
-                                          self._file)
+                options = pv.WriteOptions(quoting_header="none")   # names as they are, unquoted
+                self._writer = pv.CSVWriter(self.path, self.schema, write_options=options)
             else:
                 import pyarrow.parquet as pq
                 self._writer = pq.ParquetWriter(self.path, self.schema)
         return self._writer
-
-
-class _CsvWriter:
-    def __init__(self, writer, file):
-        self.writer, self.file = writer, file
-
-    def write_batch(self, batch) -> None:
-        self.writer.write_batch(batch)
-
-    def close(self) -> None:
-        self.writer.close()
-        self.file.close()
 
 
 def _arrow_column(values: np.ndarray, missing: np.ndarray | None = None):
