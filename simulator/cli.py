@@ -113,9 +113,7 @@ def entry() -> None:
     only free, object by object, memory that the OS takes back at once. Exit handlers still run:
     ``_leave`` is registered before any other, so it runs after all of them. An uncaught
     exception leaves the usual way."""
-    global _quick_exit
     atexit.register(_leave)
-    _quick_exit = True
     try:
         main()
     except SystemExit as exc:
@@ -124,7 +122,6 @@ def entry() -> None:
         raise
 
 
-_quick_exit = False   # entry() is running: the process ends with os._exit (_leave)
 _exit_status: list[int] = []   # set by entry() once main has exited with a status
 def _leave() -> None:
     if not _exit_status:

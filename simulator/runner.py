@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -47,10 +46,6 @@ class Prepared:
     runs: list[PreparedRun]
 
 
-def _user_error(exc: Exception) -> ScenarioError:
-    return ScenarioError(str(exc).split("\n")[0])
-
-
 def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
     """Resolve catalogs, KV capacity and the workload; raise ScenarioError for impossible setups.
 
@@ -71,7 +66,7 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
     except ScenarioError:
         raise
     except ValueError as exc:
-        raise _user_error(exc) from None
+        raise ScenarioError(str(exc).split("\n")[0]) from None
     return prepared
 
 
@@ -208,7 +203,8 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     requests.flush()
     steps.flush()
     goodput = scenario.metrics.goodput.as_dict() if scenario.metrics.goodput else None
-    summary = summarize(requests, duration_s=result.end_s - _run_start(prepared),
+    # vLLM's duration starts at the main run's start: t=0, even when request 0 waits its gap.
+    summary = summarize(requests, duration_s=result.end_s,
                         percentiles=scenario.metrics.percentiles, goodput_slos_ms=goodput,
                         steps=steps, max_concurrency=trace.max_concurrency)
     kvs = [s.kv for s in schedulers]
@@ -221,12 +217,3 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
                    max_num_batched_tokens=run.options.max_num_batched_tokens,
                    model=prepared.model.name, hardware=prepared.hardware.name, seed=scenario.seed)
     return RunOutput(run.label, result, summary, run.num_gpu_blocks, requests, steps)
-
-
-def _run_start(prepared: Prepared) -> float:
-    """vLLM's duration starts at the main run's start: t=0, even when request 0 waits its gap."""
-    return 0.0
-
-
-def result_dir(out_dir: Path, label: str) -> Path:
-    return out_dir / label

@@ -6,6 +6,7 @@ import pytest
 from pydantic import TypeAdapter, ValidationError
 
 from simulator.core.request import Request
+from simulator.runner import make_requests
 from simulator.workload import (ConstantArrivals, FixedLength, InfArrivals, PoissonArrivals,
                                 PriorityChoice, TraceArrivals, UniformLength, VllmRandomLengths,
                                 WorkloadSpec, WorkloadTrace, generate_workload)
@@ -122,7 +123,7 @@ def test_workload_trace_is_read_only_and_slices():
 
 
 def test_workload_trace_becomes_requests():
-    requests = WorkloadTrace([0.5], [3], [6], priority=[2]).to_requests()
+    requests = make_requests(WorkloadTrace([0.5], [3], [6], priority=[2]))
     assert len(requests) == 1 and isinstance(requests[0], Request)
     r = requests[0]
     fields = (r.request_id, r.arrival_s, r.num_prompt_tokens, r.max_output_tokens, r.priority)

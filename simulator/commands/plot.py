@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from simulator.commands.common import scenario_arguments, scheduler_option
+from simulator.commands.common import fail, scenario_arguments, scheduler_option
 
 BIG_TIMELINE_REQUESTS = 200
 
@@ -17,7 +17,6 @@ def plot(result_dir: Path, svg: bool) -> None:
     """Draw every plot the files in RESULT_DIR allow (sweep curves, run overview, latency CDFs,
     engine state, batch timeline)."""
     from simulator.plots.result_dir import plot_result_dir
-    from simulator.commands.common import fail
     try:
         paths = plot_result_dir(result_dir, ("png", "svg") if svg else ("png",))
     except ValueError as exc:
@@ -36,18 +35,17 @@ def plot(result_dir: Path, svg: bool) -> None:
 def timeline(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
              schedulers: tuple[str, ...], gif: bool) -> None:
     """Simulate SCENARIO_FILE recording every step's batch slots; draw them per scheduler."""
-    from simulator.plots.timeline import TIMELINE_CSV, timelines_of, write_timeline_csv
+    from simulator.plots.timeline import TIMELINE_CSV, record_timeline, write_timeline_csv
     from simulator.plots.timeline_plot import plot_batch_timelines
     from simulator.engine.progress import NoProgressError
     from simulator.runner import prepare
     from simulator.scenario import ScenarioError, load_scenario
-    from simulator.commands.common import fail
     try:
         prepared = prepare(load_scenario(scenario_file, overrides), schedulers)
         if len(prepared.trace) > BIG_TIMELINE_REQUESTS:
             click.echo(f"note: {len(prepared.trace)} requests make a dense picture; try "
                        f"--set workload.num_requests=32", err=True)
-        timelines = timelines_of(prepared)
+        timelines = [record_timeline(prepared, run) for run in prepared.runs]
     except (ScenarioError, NoProgressError) as exc:
         fail(str(exc))
     out_dir = out_dir or Path("results") / prepared.scenario.name

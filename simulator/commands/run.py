@@ -21,14 +21,10 @@ TABLE_COLUMNS = (  # (header, summary key, format)
 
 def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool = True,
                       schedulers: tuple[str, ...] = (), file_format: str = "csv") -> list:
-    """``prepare_scenario_file`` then ``run_prepared``: the whole of `servesim run`."""
-    return run_prepared(prepare_scenario_file(path, overrides, schedulers), out_dir, plots, file_format)
-
-
-def prepare_scenario_file(path: Path, overrides, schedulers: tuple[str, ...] = ()) -> Prepared:
-    """The file's scenario, validated and prepared (every impossible setup fails here, before
-    any output). ``schedulers``: labels to run (default: all of the file's, in file order)."""
-    return prepare(load_scenario(path, overrides), schedulers)
+    """The whole of `servesim run`: the file's scenario, validated and prepared (every impossible
+    setup fails before any output), then ``run_prepared``. ``schedulers``: labels to run (default:
+    all of the file's, in file order)."""
+    return run_prepared(prepare(load_scenario(path, overrides), schedulers), out_dir, plots, file_format)
 
 
 def run_prepared(prepared: Prepared, out_dir: Path | None, plots: bool = True,

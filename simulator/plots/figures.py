@@ -55,14 +55,14 @@ def _metadata(fmt: str) -> dict:
     return {"Date": None} if fmt == "svg" else {}
 
 
-def read_columns(path: Path, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-    """A results CSV as float columns (empty or non-numeric cells are NaN): ``names`` only, when
-    given (those the file lacks are left out), else every column."""
+def read_columns(path: Path, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The ``names`` columns of a results CSV (those the file lacks are left out) as floats (empty or
+    non-numeric cells are NaN)."""
     with open(path, newline="", encoding="utf-8") as f:
         reader = csv.reader(f)
         header = next(reader, [])
         rows = list(reader)
-    wanted = header if names is None else [n for n in names if n in header]
+    wanted = [n for n in names if n in header]
     return {name: _floats([r[i] for r in rows]) for name, i in ((n, header.index(n)) for n in wanted)}
 
 

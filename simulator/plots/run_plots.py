@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simulator.plots.figures import save_figure
-from simulator.plots.overview import RUN_OVERVIEW, OverviewDrawing
+from simulator.plots.overview import RUN_OVERVIEW, plot_run_overview
 from simulator.plots.run_series import RunSeries
 
 
 def plot_run(out_dir: Path, series: list[RunSeries]) -> list[Path]:
     """``out_dir/run_overview.png`` from each scheduler's ``RunSeries``, in run order."""
     out_dir = Path(out_dir)
-    drawing = OverviewDrawing(out_dir.name)
-    for s in series:
-        drawing.add(s)
-    return save_figure(drawing.finish(), out_dir / RUN_OVERVIEW, ("png",))
+    return plot_run_overview(series, out_dir / RUN_OVERVIEW, out_dir.name)

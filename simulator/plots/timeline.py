@@ -120,7 +120,3 @@ def read_timeline_csv(label: str, path: Path) -> SlotTimeline:
         next(reader)
         rows = [(int(lane), float(s), float(e), int(rid), kind) for lane, s, e, rid, kind in reader]
     return SlotTimeline(label, rows)
-
-
-def timelines_of(prepared) -> list[SlotTimeline]:
-    return [record_timeline(prepared, run) for run in prepared.runs]

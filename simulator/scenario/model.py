@@ -98,10 +98,6 @@ class Scenario:
                                     f"scheduler a unique name")
         return options
 
-    def model_copy(self, update: dict[str, Any]) -> Scenario:
-        """A copy with ``update``'s fields replaced (the name pydantic models use; sweeps call it)."""
-        return dataclasses.replace(self, **update)
-
 
 @functools.lru_cache(maxsize=None)
 def _scenario_model() -> type[BaseModel]:

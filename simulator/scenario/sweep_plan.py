@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ _RUN_ONLY_FIELDS = ("name", "description", "sweep", "num_seeds")
 class PlannedRun:
     """One scheduler on one (point, seed) workload: one row of sweep.csv."""
     run_key: str
-    point_index: int
     seed: int
     params: tuple[tuple[str, Any], ...]   # (path, value) of the point, in sweep order
     scheduler: str                        # the scheduler's label
@@ -42,7 +41,6 @@ class PlannedRun:
 @dataclass(frozen=True)
 class PlannedWorkload:
     """One (point, seed): the scenario every scheduler of the file runs on."""
-    point_index: int
     seed: int
     params: tuple[tuple[str, Any], ...]
     scenario: Scenario
@@ -80,15 +78,15 @@ def build_plan(raw: dict, base_dir: Path | None) -> SweepPlan:
     seeds = tuple(sweep.pop(SEED_KEY, None) or range(base.seed, base.seed + base.num_seeds))
     plain = _without_sweep(raw)
     workloads = []
-    for point_index, values in enumerate(itertools.product(*sweep.values())):
+    for values in itertools.product(*sweep.values()):
         params = tuple(zip(sweep, values))
-        workloads += _point_workloads(plain, base_dir, point_index, params, seeds)
+        workloads += _point_workloads(plain, base_dir, params, seeds)
     labels = tuple(r.scheduler for r in workloads[0].runs)
     return SweepPlan(base.name, base, tuple(sweep), seeds, tuple(workloads), labels)
 
 
-def _point_workloads(plain: dict, base_dir: Path | None, point_index: int,
-                     params: tuple[tuple[str, Any], ...], seeds: tuple[int, ...]) -> list:
+def _point_workloads(plain: dict, base_dir: Path | None, params: tuple[tuple[str, Any], ...],
+                     seeds: tuple[int, ...]) -> list:
     raw = plain
     for key, value in params:
         raw = set_path(raw, key, value)
@@ -101,10 +99,9 @@ def _point_workloads(plain: dict, base_dir: Path | None, point_index: int,
     workloads = []
     for seed in seeds:
         seeded = set_path(raw, SEED_KEY, seed)
-        runs = tuple(PlannedRun(run_key(seeded, i), point_index, seed, params, label, i)
+        runs = tuple(PlannedRun(run_key(seeded, i), seed, params, label, i)
                      for i, label in enumerate(labels))
-        workloads.append(PlannedWorkload(point_index, seed, params,
-                                         scenario.model_copy(update={SEED_KEY: seed}), runs))
+        workloads.append(PlannedWorkload(seed, params, replace(scenario, seed=seed), runs))
     return workloads
 
 

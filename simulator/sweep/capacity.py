@@ -36,7 +36,6 @@ MAX_BRACKET_STEPS = 12   # doublings or halvings before giving up: a factor of 4
 class CapacitySearch:
     over: str = RATE              # workload.arrival.rate or workload.max_concurrency
     rel_tol: float = 0.05         # stop when high / low <= 1 + rel_tol (rate) or high - low <= 1
-    start: float | None = None    # first probe; default: the scenario's own value
 
     def __post_init__(self) -> None:
         if self.over not in LOAD_KEYS:
@@ -107,8 +106,6 @@ def single_scheduler_raw(raw: dict, scheduler_index: int, slos: dict[str, float]
 
 
 def start_value(raw: dict, search: CapacitySearch) -> float:
-    if search.start is not None:
-        return search.start
     workload = raw.get("workload") or {}
     value = (workload.get("arrival") or {}).get("rate") if search.over == RATE \
         else workload.get("max_concurrency")

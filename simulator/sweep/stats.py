@@ -39,11 +39,6 @@ class Estimate:
     half_width: float | None   # of the 95% interval; None with fewer than two seeds
     n: int
 
-    def __str__(self) -> str:
-        if self.half_width is None:
-            return f"{self.mean:.4g}"
-        return f"{self.mean:.4g} ± {self.half_width:.2g}"
-
 
 def mean_ci95(values: Iterable[float]) -> Estimate:
     x = [float(v) for v in values]

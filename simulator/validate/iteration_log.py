@@ -106,8 +106,7 @@ def _log_rows(path: Path) -> list[dict]:
             m = _LINE.search(line)
             if m:
                 stamp = _LOG_TIME.search(line[:m.start()])
-                values = dict(zip(("ctx_reqs", "ctx_tokens", "gen_reqs", "gen_tokens", "elapsed_ms"),
-                                  m.groups()[1:6]))
+                values = dict(zip(CSV_COLUMNS, m.groups()[1:6]))
                 rows.append(_row(values, m.group(8), stamp.group(1) if stamp else None,
                                  bool(m.group(7)), f"{path}:{number}"))
     return rows

@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -59,7 +58,6 @@ class MeasuredRun:
     client_arrival_s: np.ndarray | None = None   # before the client's --max-concurrency semaphore
     max_concurrency: int | None = None
     request_rate: float | None = None
-    itls_s: tuple[tuple[float, ...], ...] | None = None
     series: MeasuredSeries | None = None
     steps: IterationSteps | None = None          # this run's rows of the iteration log
     notes: tuple[str, ...] = ()
@@ -174,7 +172,7 @@ def load_vllm_bench(json_path: str | Path, iteration_log: str | Path | None = No
         engine_args=dict(VLLM_CPU_ENGINE_ARGS if engine is None else engine),
         client_arrival_s=None if queue is None else start - queue - t0,
         max_concurrency=bench.get("max_concurrency"), request_rate=_rate(bench.get("request_rate")),
-        itls_s=tuple(tuple(bench["itls"][i]) for i in order) if "itls" in bench else None, notes=tuple(notes))
+        notes=tuple(notes))
     if iteration_log is None:
         return run
     return _with_iteration_log(run, bench, iteration_log)
@@ -187,9 +185,7 @@ def _successful_by_start(bench: dict) -> list[int]:
 
 
 def _rate(value: Any) -> float | None:
-    if value is None:
-        return None
-    return math.inf if value in ("inf", float("inf")) else float(value)
+    return None if value is None else float(value)   # "inf" reads as infinity
 
 
 def _with_iteration_log(run: MeasuredRun, bench: dict, iteration_log: str | Path) -> MeasuredRun:

@@ -20,7 +20,6 @@ Engine arguments keep vLLM's names; an argument the run did not record takes vLL
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -31,7 +30,6 @@ import numpy as np
 
 from cost_models.hardware import list_hardware
 from cost_models.model_spec import load_model
-from simulator.policies.vllm_v1 import VllmV1Options
 from simulator.validate.measured import MeasuredRun
 
 TRACE_FILE = "trace.jsonl"
@@ -184,9 +182,6 @@ def _scheduler(args: dict[str, Any], options: RebuildOptions) -> tuple[dict, lis
         if args.get(knob) is not None:
             scheduler[knob] = int(args[knob])
     value, why = resolve_async_scheduling(options.async_scheduling, args)
-    fields = {f.name for f in dataclasses.fields(VllmV1Options)}
-    if "async_scheduling" not in fields:
-        return scheduler, [f"async scheduling {why}: NOT simulated (vllm_v1 has no such option yet)"]
     if value is not None:
         scheduler["async_scheduling"] = value
     return scheduler, [f"async scheduling {why}"]

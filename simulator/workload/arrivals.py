@@ -70,7 +70,8 @@ def _times_from_gaps(gaps: np.ndarray, rate: float, timing: Timing) -> np.ndarra
 
 
 class RenewalArrivals:
-    """Shared times-from-gaps logic; subclasses define ``rate``, ``timing`` and ``gaps_s``."""
+    """Shared times-from-gaps logic; subclasses define ``rate``, ``timing`` and ``gaps_s`` (or
+    override both arrival methods)."""
 
     rate: float
     timing: Timing
@@ -150,9 +151,6 @@ class ConstantArrivals(RenewalArrivals):
     @property
     def _first_index(self) -> int:
         return 1 if self.timing == "newer" else 0  # newer: request 0 waits one gap too
-
-    def gaps_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        return np.full(n, 1.0 / self.rate)
 
     def arrival_times_s(self, n: int, rng: np.random.Generator) -> np.ndarray:
         _check_n(n)

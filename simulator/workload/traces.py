@@ -22,7 +22,6 @@ from typing import Annotated, Any, Literal
 import numpy as np
 
 from cost_models.options import OPTIONS_CONFIG, Constraint
-from simulator.core.request import Request
 from simulator.workload.lengths import invalid, parse_length
 
 
@@ -110,14 +109,6 @@ class WorkloadTrace:
     def until(self, end_s: float) -> WorkloadTrace:
         """The requests arriving at or before ``end_s``."""
         return self.head(int(np.searchsorted(self.arrival_s, end_s, side="right")))
-
-    def to_requests(self) -> list[Request]:
-        """One fresh ``Request`` per row; ``request_id`` is the row index."""
-        ids = self.prompt_token_ids or (None,) * len(self)
-        priority = self.priority.tolist() if self.priority is not None else [0] * len(self)
-        rows = zip(self.arrival_s.tolist(), self.num_prompt_tokens.tolist(), self.max_output_tokens.tolist(),
-                   ids, priority)
-        return [Request(i, *row) for i, row in enumerate(rows)]
 
 
 # (column name, factor to seconds)
