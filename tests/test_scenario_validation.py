@@ -1,4 +1,4 @@
-"""Scenario validation (pydantic, through simulator/scenario.py): every shipped scenario is valid,
+"""Scenario validation (pydantic, scenario/model.py): every shipped scenario is valid,
 values are converted as the options say, and any input, however mangled, gives a Scenario or one
 ``ScenarioError`` line, never another exception. Mutated scenarios come from hypothesis
 (deterministic).
