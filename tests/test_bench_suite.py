@@ -37,3 +37,19 @@ def test_fitted_exponent_is_one_for_linear_growth():
     from suite import fitted_exponent
     assert abs(fitted_exponent([10_000, 100_000, 1_000_000], [1.0, 10.0, 100.0]) - 1.0) < 1e-12
     assert abs(fitted_exponent([1, 2, 4], [1.0, 4.0, 16.0]) - 2.0) < 1e-12
+
+
+def test_writers_bench_prints_a_line_per_writer_and_import():
+    """70,000 rows: two chunks (65,536 rows each), so appending a chunk is exercised."""
+    proc = subprocess.run([sys.executable, "bench/writers.py", "--rows", "70000", "--rounds", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = [dict(pair.split("=", 1) for pair in line.split(" "))
+             for line in proc.stdout.splitlines() if line.startswith(("writer=", "import="))]
+    writers = {fields["writer"]: fields for fields in lines if "writer" in fields}
+    assert {"pyarrow_csv", "pyarrow_parquet"} <= set(writers)
+    assert "pyarrow.csv" in {fields["import"] for fields in lines if "import" in fields}
+    for fields in writers.values():
+        assert fields["rows"] == "70000" and float(fields["size_mb"]) > 0 and float(fields["wall_s"]) > 0
+    if "polars_csv" in writers:   # both write shortest round-trip text: the same size to 0.1 MB
+        assert writers["polars_csv"]["size_mb"] == writers["pyarrow_csv"]["size_mb"]
