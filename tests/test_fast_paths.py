@@ -238,8 +238,8 @@ def test_fast_path_actually_skips_events(monkeypatch):
 def test_cohort_forgets_old_steps_without_changing_results(seed, monkeypatch):
     # The cohort drops step records no member needs (memory flat in steps); keep only 8 here
     # so that it happens many times in a small run.
-    import simulator.fastpath.cohort as cohort_module
-    monkeypatch.setattr(cohort_module, "_KEEP_STEPS", 8)
+    import simulator.fastpath.step_ends as step_ends
+    monkeypatch.setattr(step_ends, "_KEEP_STEPS", 8)
     assert_fast_equals_stepwise(prefix_cache_scenario(seed))
 
 

@@ -3,8 +3,8 @@
 A decoding request's state moves the same way every step: one more computed token, one more
 output, one more gap since its last token, a new KV block every block_size steps. Updating every
 such request at every step is most of a large simulation's time, so the cohort holds them: it
-counts its own steps, records their end times, and keeps per member only what it had when it
-joined. Members' request fields are stale while they are held; ``_materialise`` brings a member
+counts its own steps, records their end times (step_ends.py), and keeps per member only what it
+had when it joined. Members' request fields are stale while they are held; ``_materialise`` brings a member
 up to date (at its finish, or for every member when the policy needs per-request decisions
 again, ``dissolve``).
 
@@ -30,16 +30,15 @@ except ``itl_sq_sum_s2``, summed here by differences of running sums (the std IT
 """
 from __future__ import annotations
 
-import math
 from bisect import bisect_left, insort
-from operator import attrgetter, itemgetter, sub
+from operator import attrgetter, itemgetter
 
 from simulator.core import rules
 from simulator.core.batch import Batch
 from simulator.core.request import Request, RequestStatus
 from simulator.fastpath.pricing import DecodePricer
+from simulator.fastpath.step_ends import StepEnds
 
-_KEEP_STEPS = 4096   # step records kept before old ones are dropped (_drop_old_steps)
 _PRICED_AHEAD = 4    # steps a run prices at first, doubled while its rows stay the same
 _base_of = itemgetter(5)   # a member record's base
 _running_seq = attrgetter("running_seq")
@@ -52,18 +51,7 @@ class DecodeCohort:
         self.max_model_len = policy.max_model_len
         self.pricer = DecodePricer(cost_model)
         self.num_steps = 0                   # cohort steps done
-        # Per cohort step j >= first (older steps are dropped once no member needs them, so
-        # memory does not grow with steps): its end time, and the running sum of squared gaps
-        # ends[j] - ends[j - 1].
-        self.first = 0
-        self._drop_at = _KEEP_STEPS
-        self.ends: list[float] = []
-        self.sq_prefix: list[float] = [0.0]
-        # The steps whose gap is larger than every later gap, and those gaps (decreasing): the
-        # largest gap since step a is the first entry at or after a (a member's max ITL). Below
-        # them a sentinel (step -1, an infinite gap) that no gap displaces.
-        self._max_steps: list[int] = [-1]
-        self._max_gaps: list[float] = [math.inf]
+        self.steps = StepEnds()
         # The members in joining order: request -> (join step, computed, outputs, last token s,
         # key, base, last step, cohort step of its first new block).
         self.members: dict[Request, tuple] = {}
@@ -176,11 +164,9 @@ class DecodeCohort:
         if k == 0:
             return
         request.num_computed_tokens = computed + k   # one token scheduled per step (rule 1.2)
-        j0, j = g0 - self.first, self.num_steps - 1 - self.first   # list indices
-        later_max = self._max_gaps[bisect_left(self._max_steps, g0 + 1)] if k > 1 else 0.0
-        later_gaps = map(sub, self.ends[j0 + 1:j + 1], self.ends[j0:j]) if request.itl_gaps_s is not None else ()
-        request.record_tokens(k, self.ends[j0], self.ends[j], self.sq_prefix[j] - self.sq_prefix[j0],
-                              later_max, later_gaps)
+        first_s, last_s, sq_sum_s2, later_max_s, later_gaps = self.steps.tokens(
+            g0, self.num_steps, request.itl_gaps_s is not None)
+        request.record_tokens(k, first_s, last_s, sq_sum_s2, later_max_s, later_gaps)
         if not finishing:
             # A prefix cache counts a request's full blocks (a preemption reads them): brought up
             # to date here; a finishing request's count goes with its blocks.
@@ -248,32 +234,12 @@ class DecodeCohort:
             largest = self._max_base = max(map(_base_of, self.members.values()))
         return largest
 
-    def _record_step_end(self, now_s: float) -> None:
-        """The coming cohort step ended at now_s: its end, gap and running sum of squared gaps;
-        the gap goes onto the stack of gaps larger than every later one, where the entries it
-        is no smaller than leave (the top replaced in place, the usual case)."""
-        g, ends = self.num_steps, self.ends
-        if ends:   # the first step ever has no gap
-            gap = now_s - ends[-1]
-            self.sq_prefix.append(self.sq_prefix[-1] + gap * gap)
-            max_steps, max_gaps = self._max_steps, self._max_gaps
-            if max_gaps[-1] <= gap:
-                max_gaps[-1] = gap
-                max_steps[-1] = g
-                while max_gaps[-2] <= gap:
-                    del max_gaps[-2], max_steps[-2]
-            else:
-                max_steps.append(g)
-                max_gaps.append(gap)
-        ends.append(now_s)
-        self.num_steps = g + 1
-
     def _end_step(self, now_s: float) -> list[Request]:
         """Every member sampled one token at ``now_s``; those that stop leave, released."""
         g = self.num_steps
-        self._record_step_end(now_s)
-        if len(self.ends) > self._drop_at:
-            self._drop_old_steps()
+        self.num_steps = g + 1
+        if self.steps.record(g, now_s):
+            self._forget_old_steps()
         return self._leavers(g, now_s) if self._finishes[0][0] <= g else []
 
     def _leavers(self, g: int, now_s: float) -> list[Request]:
@@ -286,16 +252,10 @@ class DecodeCohort:
         self.policy.release(finished, now_s)
         return finished
 
-    def _drop_old_steps(self) -> None:
-        """Forget steps before the oldest member joined (members join in list order)."""
+    def _forget_old_steps(self) -> None:
+        """Steps before the oldest member joined are read by no one (members join in list order)."""
         oldest = next(iter(self.members.values()))[0] if self.members else self.num_steps - 1
-        drop = oldest - self.first
-        if drop > 0:
-            del self.ends[:drop], self.sq_prefix[:drop]
-            self.first = oldest
-            stale = bisect_left(self._max_steps, oldest)
-            del self._max_steps[1:stale], self._max_gaps[1:stale]   # the sentinel stays
-        self._drop_at = len(self.ends) + _KEEP_STEPS
+        self.steps.forget_before(oldest)
 
     # -- runs of decode steps -------------------------------------------------------------------
     def decode_run(self, start_s: float, next_arrival_s: float, through_finishes: bool, leave):
@@ -310,7 +270,8 @@ class DecodeCohort:
         finishes, kv = self._finishes, self.kv
         bs, total, due_at_phase = kv.block_size, kv.num_total_blocks, self._due_at_phase
         limit = finishes[-1][0] if through_finishes else finishes[0][0]   # the last step allowed
-        first_end, free, now_s = len(self.ends), kv.num_free_blocks, start_s
+        first_step, free, now_s = self.num_steps, kv.num_free_blocks, start_s
+        record_end = self.steps.record
         usage: list[float] = []
         num_running: list[int] = []
         times: list[float] = []   # priced durations of the coming steps, last step first
@@ -329,7 +290,8 @@ class DecodeCohort:
                 times.reverse()
                 ahead *= 2
             now_s = now_s + times.pop()
-            self._record_step_end(now_s)
+            forget = record_end(g, now_s)
+            self.num_steps = g + 1
             if finishes[0][0] == g:
                 kv.num_free_blocks, self._taken_through = free, g
                 leave(self._leavers(g, now_s), now_s)
@@ -339,12 +301,12 @@ class DecodeCohort:
             num_running.append(len(self.members))
             if g >= limit or not self.members or now_s >= next_arrival_s:
                 break
-        if len(self.ends) == first_end:
+        if self.num_steps == first_step:
             return None
         kv.num_free_blocks, self._taken_through = free, self.num_steps - 1
-        ends = self.ends[first_end:]
-        if len(self.ends) > self._drop_at:
-            self._drop_old_steps()
+        ends = self.steps.since(first_step)
+        if forget:
+            self._forget_old_steps()
         return ends, usage, num_running
 
     def _move_due_blocks(self, g: int) -> None:
