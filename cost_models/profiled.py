@@ -68,23 +68,20 @@ class RooflineAttention:
     per_layer = False   # its constants count every layer (AttentionGrid's: one layer's)
 
     def __init__(self, roofline):
-        self._k = roofline._k  # the roofline's per-rank constants: seconds per pair, per KV token, ...
+        self.per_rank = roofline._k   # the roofline's per-rank constants and their formulas
 
     def time_s(self, new: np.ndarray, ctx: np.ndarray, counts: tuple, longest_decode: int = 0) -> float:
-        k = self._k
+        attention_s = self.per_rank.attention_s
         tokens, decode_ctx, num_decodes, pairs, prefill_ctx = counts[:5]
         decode_pairs = decode_ctx + num_decodes
         prefill_tokens = tokens - num_decodes
-        per_layer = max(k.attn_s_per_pair * decode_pairs,
-                        k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decodes)
+        per_layer = attention_s(decode_pairs, decode_pairs, num_decodes)
         if pairs:
-            per_layer += max(k.attn_s_per_pair * pairs, k.kv_s_per_token * (prefill_ctx + prefill_tokens)
-                             + k.q_s_per_token * prefill_tokens)
+            per_layer += attention_s(pairs, prefill_ctx + prefill_tokens, prefill_tokens)
         return per_layer  # the roofline's constants already count every layer
 
     def sampling_s(self, num_sampled: int) -> float:
-        k = self._k
-        return max(k.lm_head_s_per_row * num_sampled, k.lm_head_weight_s + k.logit_s_per_row * num_sampled)
+        return self.per_rank.sampling_s(num_sampled)
 
 
 @dataclass(frozen=True, eq=False)   # its tables compare by identity anyway: no __eq__ to compile
@@ -137,13 +134,12 @@ class TableCostModel:
                     None, decode_counts(num_seqs, context_sum + last * num_seqs), longest + last + 1)):
             return decode_steps_time_s(self, num_seqs, context_sum, longest, num_steps)
         per_layer, whole_s, sampling_s = self._terms(num_seqs, num_seqs)
-        k = self.attention._k
-        layers_s, a, b, q = self.num_layers * per_layer, k.attn_s_per_pair, k.kv_s_per_token, \
-            k.q_s_per_token * num_seqs
+        layers_s, attention_s = self.num_layers * per_layer, self.attention.per_rank.attention_s
         overhead_s = self.step_overhead_s
         times, pairs = [], context_sum + num_seqs
         for _ in range(num_steps):
-            times.append(float(layers_s + max(a * pairs, b * pairs + q) + overhead_s + whole_s + sampling_s))
+            times.append(float(layers_s + attention_s(pairs, pairs, num_seqs) + overhead_s + whole_s
+                               + sampling_s))
             pairs += num_seqs
         return times
 

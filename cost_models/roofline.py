@@ -69,10 +69,8 @@ class RooflineCostModel:
         linear_s, sampling_s, allreduce_s = self._token_terms(tokens, num_sampled)
         decode_pairs = decode_ctx + num_decode
         prefill_tokens = tokens - num_decode
-        time_s = linear_s + max(k.attn_s_per_pair * decode_pairs,
-                                k.kv_s_per_token * decode_pairs + k.q_s_per_token * num_decode)
-        time_s += max(k.attn_s_per_pair * prefill_pairs,
-                      k.kv_s_per_token * (prefill_ctx + prefill_tokens) + k.q_s_per_token * prefill_tokens)
+        time_s = linear_s + k.attention_s(decode_pairs, decode_pairs, num_decode)
+        time_s += k.attention_s(prefill_pairs, prefill_ctx + prefill_tokens, prefill_tokens)
         return time_s + sampling_s + allreduce_s + self.step_overhead_s
 
     def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
@@ -80,27 +78,25 @@ class RooflineCostModel:
         """step_time_s of a run of decode steps with the same rows (cost_models.base): the same
         operations in the same order (a step without prefill adds +0.0 for it, which changes no
         positive time), with the terms that only depend on the rows taken once."""
-        k = self._k
+        attention_s = self._k.attention_s
         linear_s, sampling_s, allreduce_s = self._token_terms(num_seqs, num_seqs)
-        a, b, q = k.attn_s_per_pair, k.kv_s_per_token, k.q_s_per_token * num_seqs
         overhead_s = self.step_overhead_s
         times, pairs = [], context_sum + num_seqs
         for _ in range(num_steps):
-            times.append(linear_s + max(a * pairs, b * pairs + q) + sampling_s + allreduce_s
+            times.append(linear_s + attention_s(pairs, pairs, num_seqs) + sampling_s + allreduce_s
                          + overhead_s)
             pairs += num_seqs
         return times
 
     def _token_terms(self, tokens: int, num_sampled: int) -> tuple[float, float, float]:
         """The terms that depend on the token and sampled-row counts only: the linear layers,
-        the lm_head and sampler, the all-reduces (0.0 where absent: adding it changes nothing).        """
+        the lm_head and sampler, the all-reduces (0.0 where absent: adding it changes nothing)."""
         k = self._k
         weight_s = k.dense_weight_s
         if k.expert_s:
             weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
         linear_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
-        sampling_s = max(k.lm_head_s_per_row * num_sampled,
-                         k.lm_head_weight_s + k.logit_s_per_row * num_sampled) if num_sampled else 0.0
+        sampling_s = k.sampling_s(num_sampled) if num_sampled else 0.0
         allreduce_s = (k.allreduces * (k.allreduce_s_per_token * tokens + self.allreduce_latency_s)
                        if k.allreduces else 0.0)
         return linear_s, sampling_s, allreduce_s
@@ -131,6 +127,17 @@ class _PerRank:
     logit_s_per_row: float         # writing one row of fp32 logits
     allreduces: int                # per step; 0 at tensor_parallel_size 1
     allreduce_s_per_token: float   # ring all-reduce bytes of one token's hidden state / link speed
+
+    def attention_s(self, pairs, kv_tokens, q_tokens) -> float:
+        """Attention over every layer: its FLOPs for ``pairs`` (query, key) pairs or its traffic
+        (K and V of ``kv_tokens``, Q and output of ``q_tokens``), whichever takes longer."""
+        return max(self.attn_s_per_pair * pairs,
+                   self.kv_s_per_token * kv_tokens + self.q_s_per_token * q_tokens)
+
+    def sampling_s(self, num_sampled) -> float:
+        """The lm_head and logits of ``num_sampled`` rows: compute or weight and logit traffic."""
+        return max(self.lm_head_s_per_row * num_sampled,
+                   self.lm_head_weight_s + self.logit_s_per_row * num_sampled)
 
 
 def _per_rank(m: RooflineCostModel) -> _PerRank:
