@@ -3,10 +3,10 @@
 A decoding request's state moves the same way every step: one more computed token, one more
 output, one more gap since its last token, a new KV block every block_size steps. Updating every
 such request at every step is most of a large simulation's time, so the cohort holds them: it
-counts its own steps, records their end times (step_ends.py), and keeps per member only what it
-had when it joined. Members' request fields are stale while they are held; ``_materialise`` brings a member
-up to date (at its finish, or for every member when the policy needs per-request decisions
-again, ``dissolve``).
+counts its own steps, records their end times (step_ends.py), and keeps per member only what
+it had when it joined. Members' request fields are stale while they are held;
+``_materialise`` brings a member up to date (at its finish, or for every member when the
+policy needs per-request decisions again, ``dissolve``).
 
 The cohort drives the policy (``schedule``, ``update_from_output``, the engine's two calls per
 step) and asks it only narrow questions: whether the coming step gives every running decoder its

@@ -29,3 +29,9 @@ STEP_COLUMNS: tuple[str, ...] = tuple(STEP_DTYPES)
 # What a run keeps of every step once the rest is written: the summary's and the plots' series.
 STEP_SERIES: tuple[str, ...] = ("start_s", "end_s", "num_running", "num_waiting", "kv_usage",
                                 "num_preemptions")
+
+# The step series the summary gives as a peak and a time-weighted mean, and its step figures.
+LEVELS: tuple[str, ...] = ("kv_usage", "num_running", "num_waiting")
+STEP_FIGURES: tuple[str, ...] = (
+    "num_steps", "total_step_time_s", "mean_step_time_ms",
+    *(f"{kind}_{name}" for name in LEVELS for kind in ("peak", "mean")))

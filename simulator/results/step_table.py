@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.results.columns import STEP_COLUMNS, STEP_DTYPES, STEP_SERIES
+from simulator.results.columns import LEVELS, STEP_COLUMNS, STEP_DTYPES, STEP_FIGURES, STEP_SERIES
 from simulator.results.decimate import envelope, thin_events
 
 CHUNK_ROWS = 65_536
 WINDOW_ROWS = 1 << 20
 WINDOW_POINTS = 4_096   # rows a folded window keeps per series for the plots
+_END_S = STEP_COLUMNS.index("end_s")   # the column whose length is the buffered row count
 
 
 class StepTable:
@@ -34,7 +35,7 @@ class StepTable:
         self._decimated: list[dict[str, np.ndarray]] = []   # each folded window's plot rows
 
     def __len__(self) -> int:
-        return self._num_flushed + len(self._lists[1])
+        return self._num_flushed + len(self._lists[_END_S])
 
     @property
     def num_steps(self) -> int:
@@ -86,7 +87,7 @@ class StepTable:
 
     def flush(self) -> None:
         """Hand the buffered rows to the sink as one chunk, keeping what the table keeps."""
-        if not self._lists[1]:
+        if not self._lists[_END_S]:
             return
         try:
             chunk = {name: np.fromiter(values, STEP_DTYPES[name], len(values))
@@ -122,18 +123,15 @@ class StepTable:
         parts = [*self._folded, _sums(self._window())] if self._folded else [_sums(self._window())]
         n = sum(p["num_steps"] for p in parts)
         if not n:
-            return {"num_steps": 0, "total_step_time_s": 0.0, "mean_step_time_ms": 0.0,
-                    "peak_kv_usage": 0.0, "mean_kv_usage": 0.0, "peak_num_running": 0,
-                    "mean_num_running": 0.0, "peak_num_waiting": 0, "mean_num_waiting": 0.0}
+            return {name: 0 if name.startswith(("num_", "peak_num_")) else 0.0
+                    for name in STEP_FIGURES}
         total_s = sum(p["total_s"] for p in parts if p["num_steps"])
         figures = {"num_steps": n, "total_step_time_s": total_s,
                    "mean_step_time_ms": float(total_s / n * 1000)}
-        for name, key in (("kv_usage", "kv_usage"), ("num_running", "num_running"),
-                          ("num_waiting", "num_waiting")):
-            peak = max(p["peak_" + name] for p in parts if p["num_steps"])
+        for name in LEVELS:
             weighted = sum(p["weighted_" + name] for p in parts if p["num_steps"])
-            figures["peak_" + key] = peak
-            figures["mean_" + key] = weighted / total_s if total_s > 0 else 0.0
+            figures["peak_" + name] = max(p["peak_" + name] for p in parts if p["num_steps"])
+            figures["mean_" + name] = weighted / total_s if total_s > 0 else 0.0
         return figures
 
     def to_columns(self) -> dict[str, np.ndarray]:
@@ -170,7 +168,7 @@ def _sums(w: dict[str, np.ndarray]) -> dict:
     if not len(d):
         return {"num_steps": 0}
     sums = {"num_steps": len(d), "total_s": float(d.sum())}
-    for name in ("kv_usage", "num_running", "num_waiting"):
+    for name in LEVELS:
         values = w[name]
         sums["peak_" + name] = values.max().item()
         # Not np.dot: BLAS sums in an order that depends on its threads; numpy's own sum does not.
@@ -184,7 +182,7 @@ def _plot_rows(w: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     so a kept time names its row."""
     t = w["end_s"]
     keep = [np.searchsorted(t, envelope(t, w[name], WINDOW_POINTS)[0])
-            for name in ("num_running", "num_waiting", "kv_usage")]
+            for name in LEVELS]
     keep.append(thin_events(t, w["num_preemptions"], WINDOW_POINTS))
     rows = np.unique(np.concatenate(keep))
     return {name: column[rows] for name, column in w.items()}

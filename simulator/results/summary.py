@@ -25,6 +25,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from simulator.results.columns import STEP_FIGURES
+
 
 GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
@@ -232,7 +234,5 @@ def _step_fields(steps) -> dict:
     """Engine figures over simulated steps (StepTable.stats); queue and KV means are weighted
     by step time."""
     if steps is None:
-        return dict.fromkeys(("num_steps", "total_step_time_s", "mean_step_time_ms", "peak_kv_usage",
-                              "mean_kv_usage", "peak_num_running", "mean_num_running",
-                              "peak_num_waiting", "mean_num_waiting"))
+        return dict.fromkeys(STEP_FIGURES)
     return steps.stats()
