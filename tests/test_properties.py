@@ -279,23 +279,25 @@ def test_static_hf_returns_one_chunk_without_inter_token_gaps():
 
 PRIORITY_SELF_PREEMPTION = Case(
     {"preset": "vllm_v1", "scheduling_policy": "priority", "max_num_seqs": 2,
-     "max_num_batched_tokens": 2}, 1, 8, 5, 1.0, None, ((0.0, 1, 3, 0), (0.0, 1, 3, 0)))
+     "max_num_batched_tokens": 2}, 1, 8, 4, 1.0, None, ((0.0, 1, 3, 1), (0.5, 1, 3, 0)))
 
 
 def test_priority_self_preemption_empty_step_still_finishes_every_request():
-    # Hand-worked (block size 1, 4 usable blocks, each request peaks at 1 + 3 - 1 = 3 blocks):
-    # t=0 both prefill (1 block each), t=1 both decode (2 each, pool full), t=2 request 0 needs a
-    # 3rd block; the priority victim max(running, key=(priority, arrival)) ties and is request 0
-    # itself (rule 2.5), Phase A ends (rule 1.2 A4), Phase B is skipped (trap 4): an empty
-    # schedule. The engine must schedule again at once: request 1 decodes (its 3rd block) and
-    # finishes at t=3; request 0 (3 tokens, full-ISL gate needs 3 blocks, rule 2.3) waits, then
-    # re-prefills 2 + 1 tokens under the budget of 2 and samples its 3rd token at t=5.
+    # Hand-worked (block size 1, 3 usable blocks, each request peaks at 1 + 3 - 1 = 3 blocks):
+    # t=0 request 0 (priority 1) prefills alone (1 block); request 1 (priority 0) arrives at 0.5;
+    # t=1 request 0 decodes (2 blocks) and request 1 prefills (1 block): the pool is full; t=2
+    # request 0, first in running, needs a 3rd block and is itself the priority victim
+    # max(running, key=(priority, arrival, id)) (rule 2.5): Phase A ends (rule 1.2 A4) and
+    # Phase B is skipped (trap 4), an empty schedule. The engine must schedule again at once:
+    # request 1 decodes at t=2 and t=3 (its 2nd and 3rd blocks) and finishes at t=4; request 0
+    # (3 tokens, the full-ISL gate needs 3 blocks, rule 2.3) waits, then re-prefills 2 + 1 tokens
+    # under the budget of 2 and samples its 3rd token at t=6.
     # Tokens: 8 executed = (1+3-1) + (1+3-1) + 2 lost by the preemption.
     scheduler, probe, requests, steps = run_case(PRIORITY_SELF_PREEMPTION)
     assert probe.unlogged_preemptions == scheduler.num_preemptions == 1
-    assert [r.finish_s for r in requests] == [5.0, 3.0]
-    assert steps["num_tokens"].tolist() == [2, 2, 1, 2, 1]
-    assert steps["start_s"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]   # no idle gap at t=2
+    assert [r.finish_s for r in requests] == [6.0, 4.0]
+    assert steps["num_tokens"].tolist() == [1, 2, 1, 1, 2, 1]
+    assert steps["start_s"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]   # no idle gap at t=2
 
 
 def test_step_log_preemptions_add_up_to_the_run_total():

@@ -125,6 +125,24 @@ def test_priority_victim_is_rolled_back_if_already_scheduled():
     assert d.s.kv.num_blocks_of(low) == 0 and d.s.kv.num_blocks_of(high) == 2
 
 
+def test_priority_ties_preempt_the_last_submitted_and_requeue_by_submission():
+    # Rules 1.4 and 2.5 with a burst (issue 22: four tied requests preempted each other): vLLM
+    # orders ties by arrival time, then request id, and stamps each request of a burst with its
+    # own arrival time, so the victim among equals is the last submitted, never the requester
+    # that is furthest along, and the preempted go back in submission order.
+    d = v1(num_gpu_blocks=5, max_num_batched_tokens=16, scheduling_policy="priority")
+    burst = [req(i, 4, 10) for i in range(4)]      # priority 0, arrival 0.0: all tied
+    for r in burst:                                 # running = burst, 1 block each, C=4: KV full
+        d.s.kv.allocate_up_to(r, 4)
+        r.num_computed_tokens, r.num_output_tokens = 4, 1
+        d.s.enter_running(r)
+    assert d.step() == {0: 1, 1: 1}   # 0 takes 3's block, 1 takes 2's
+    assert [r.num_preemptions for r in burst] == [0, 0, 1, 1]
+    assert [r.request_id for r in d.s.waiting] == [2, 3]
+    steps = d.run(max_steps=200)
+    assert steps < 200 and all(r.num_output_tokens == 10 for r in burst)
+
+
 def test_priority_admission_order():
     # Rule 1.4: priority waiting queue is a heap on (priority, arrival).
     d = v1(max_num_batched_tokens=16, scheduling_policy="priority", max_num_seqs=1)

@@ -61,9 +61,14 @@ class OrderedQueue:
         return (item[2] for item in sorted(self._heap))
 
 
-class PriorityQueue(OrderedQueue):
-    """vLLM V1's ``priority`` policy: lowest (priority, arrival time) first."""
+def priority_order(request: Request) -> tuple:
+    """vLLM V1's priority order (``Request.__lt__``): priority, then arrival time, then request
+    id. Ids follow submission order, so requests that arrive at the same instant (a burst) are
+    ordered as a real engine, which stamps each with its own arrival time, would order them."""
+    return request.priority, request.arrival_s, request.request_id
 
-    @staticmethod
-    def key(request: Request) -> tuple:
-        return request.priority, request.arrival_s
+
+class PriorityQueue(OrderedQueue):
+    """vLLM V1's ``priority`` policy: the lowest ``priority_order`` first."""
+
+    key = staticmethod(priority_order)

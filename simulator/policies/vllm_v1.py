@@ -10,7 +10,7 @@ from simulator.kv.block_pool import KVCache
 from simulator.kv.prefix_cache import PrefixCachingKVCache
 from simulator.policies.base import Scheduler
 from simulator.policies.options import Bool, Fraction, NonNegativeInt, SchedulerOptions, options_config
-from simulator.policies.queues import FCFSQueue, PriorityQueue
+from simulator.policies.queues import FCFSQueue, PriorityQueue, priority_order
 from simulator.policies.registry import register_scheduler
 
 
@@ -120,7 +120,7 @@ class VllmV1Scheduler(Scheduler):
 
     def _pick_victim(self) -> Request:
         if self.options.scheduling_policy == "priority":
-            return max(self.running, key=lambda r: (r.priority, r.arrival_s))
+            return max(self.running, key=priority_order)   # the last served (rule 2.5)
         return self.running[-1]  # fcfs: the tail, latest admitted or resumed (trap 6)
 
     def _preempt_running(self, batch: Batch, victim: Request) -> int:
