@@ -58,3 +58,56 @@ def test_a_key_given_twice_is_refused_by_either_parser():
     with pytest.raises(ScenarioError) as error:
         parse_yaml("a: 1\nb: {c: 2, c: 3}\n", "f.yaml")
     assert str(error.value) == "f.yaml: line 2: key 'c' is given twice; give each key once"
+
+
+@pytest.mark.parametrize("text, value", [
+    ("rate: 3e-5", 3e-05), ("rate: 1E+3", 1000.0), ("rate: -2e2", -200.0), ("rate: 3.0e-5", 3e-05),
+    ("rate: 12", 12), ("rate: x3e5", "x3e5"), ("rate: '3e-5'", "3e-5"),
+])
+def test_exponent_numbers_read_as_yaml_1_2_reads_them(text, value):
+    # Issue 22: `3e-5` was handed to the schema as a string while `3.0e-5` was a number.
+    got = parse_yaml(text, "f.yaml")["rate"]
+    assert repr(got) == repr(value)
+    if _FastStrictLoader is not None:
+        assert repr(yaml.load(text, Loader=_FastStrictLoader)["rate"]) == repr(value)  # noqa: S506
+
+
+def test_merge_keys_are_read_and_may_be_overridden():
+    # Issue 22: a valid `<<: *base` was refused as an unknown tag.
+    text = "a: &base {x: 1, y: 2}\nb: {<<: *base, y: 3}\n"
+    assert parse_yaml(text, "f.yaml") == {"a": {"x": 1, "y": 2}, "b": {"x": 1, "y": 3}}
+    with pytest.raises(ScenarioError, match="key 'y' is given twice"):
+        parse_yaml("a: &base {x: 1}\nb: {<<: *base, y: 3, y: 4}\n", "f.yaml")
+
+
+@pytest.mark.parametrize("text", [
+    "extra: " + "[" * 10_000 + "]" * 10_000,     # the pure-Python parser's recursion limit
+    "extra: " + "{a: " * 40 + "1" + "}" * 40,    # readable, but no scenario nests so deep
+    "a: &a [1, *a]",                              # an alias inside itself
+])
+def test_deep_nesting_is_refused_in_one_line(text):
+    # Issue 22: YAML nested 10,000 deep raised RecursionError.
+    with pytest.raises(ScenarioError) as error:
+        parse_yaml(text, "f.yaml")
+    assert str(error.value) == "f.yaml: nested deeper than 32 levels; a scenario needs about six"
+
+
+def test_shared_aliases_are_walked_once():
+    # Nine levels of nine aliases name 9**9 lists; the depth walk visits each object once.
+    lines = ["l0: &l0 [1, 2]"] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]
+    assert len(parse_yaml("\n".join(lines), "f.yaml")) == 10
+
+
+def test_a_file_that_is_not_regular_or_too_large_is_refused_before_reading(tmp_path):
+    import os
+
+    from simulator.scenario.file import MAX_FILE_BYTES, read_raw_scenario
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)   # reading it would block until a writer came
+    with pytest.raises(ScenarioError, match="fifo.yaml: not a regular file"):
+        read_raw_scenario(fifo)
+    big = tmp_path / "big.yaml"
+    big.write_text("name: x\n#" + "x" * MAX_FILE_BYTES + "\n")
+    with pytest.raises(ScenarioError, match=f"big.yaml: {MAX_FILE_BYTES + 10} bytes; a scenario "
+                                            f"file is at most {MAX_FILE_BYTES} bytes"):
+        read_raw_scenario(big)

@@ -4,6 +4,7 @@ and ``--set`` overrides applied; validation is simulator/scenario/model.py's.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import yaml
@@ -22,6 +23,8 @@ class _UniqueKeys:
     def construct_mapping(self, node, deep=False):
         seen = set()
         for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG:
+                continue  # ``<<: *base``: merged keys may be overridden, as YAML defines
             key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, (str, int, float)):
                 continue  # unhashable keys get PyYAML's own error
@@ -42,6 +45,15 @@ if yaml.__with_libyaml__:
 else:
     _FastStrictLoader = None
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+# YAML 1.2 reads ``3e-5`` as a number; PyYAML's YAML 1.1 rules want a dot (``3.0e-5``) and would
+# hand the field a string.
+_EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$")
+for _loader in (_StrictLoader, _FastStrictLoader):
+    if _loader is not None:
+        _loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT,
+                                      list("-+0123456789"))
+
 
 def _load_yaml(text: str):
     """libyaml first; on any error the pure-Python parser reads the text again, so a mistake gets
@@ -54,10 +66,17 @@ def _load_yaml(text: str):
     return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
 
 
+MAX_DEPTH = 32   # a scenario nests about six deep; deeper YAML is a mistake, or an attack
+MAX_FILE_BYTES = 1 << 20   # shipped scenarios are a few kB
+
+
 def parse_yaml(text: str, where: str):
     """YAML text to Python, with one-line errors that say where (file and line)."""
     try:
-        return _load_yaml(text)
+        value = _load_yaml(text)
+    except RecursionError:   # the pure-Python parser recurses once per nesting level
+        raise ScenarioError(f"{where}: nested deeper than {MAX_DEPTH} levels; a scenario needs "
+                            f"about six") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark else ""
@@ -65,12 +84,47 @@ def parse_yaml(text: str, where: str):
         if isinstance(exc, _DuplicateKey):
             raise ScenarioError(f"{where}:{line}: {problem}; give each key once") from None
         raise ScenarioError(f"{where}:{line} is not valid YAML ({problem})") from None
+    if isinstance(value, (dict, list)) and _depth(value) > MAX_DEPTH:
+        raise ScenarioError(f"{where}: nested deeper than {MAX_DEPTH} levels; a scenario needs "
+                            f"about six")
+    return value
+
+
+def _depth(value) -> int:
+    """How deeply lists and mappings nest in ``value`` (a shared alias counted once; a structure
+    that contains itself is endlessly deep), walked without recursion."""
+    heights: dict[int, int] = {}
+    open_ids: set[int] = set()
+    stack = [(value, False)]
+    while stack:
+        node, children_done = stack.pop()
+        if id(node) in heights:
+            continue
+        children = [c for c in (node.values() if isinstance(node, dict) else node)
+                    if isinstance(c, (dict, list))]
+        if children_done:
+            open_ids.discard(id(node))
+            heights[id(node)] = 1 + max((heights[id(c)] for c in children), default=0)
+            if heights[id(node)] > MAX_DEPTH:
+                return heights[id(node)]
+            continue
+        if any(id(c) in open_ids for c in children) or id(node) in open_ids:
+            return MAX_DEPTH + 1   # an alias inside itself
+        open_ids.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in children if id(c) not in heights)
+    return heights.get(id(value), 0)
 
 
 def read_raw_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
     """The file's mapping with ``--set`` overrides applied, not yet validated (sweeps need it)."""
     path = Path(path)
     try:
+        if path.exists() and not path.is_file():   # a FIFO or /dev/zero: blocks or never ends
+            raise ScenarioError(f"{path}: not a regular file; give the path of a YAML file")
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ScenarioError(f"{path}: {path.stat().st_size} bytes; a scenario file is at most "
+                                f"{MAX_FILE_BYTES} bytes (long tables belong in a trace file)")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError(f"{path}: no such scenario file") from None
