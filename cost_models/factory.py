@@ -68,7 +68,7 @@ COST_MODEL_BUILDERS: dict[str, CostModelKind] = {
 
 def make_cost_model(kind: str, options: dict, model: ModelSpec, hardware: HardwareSpec,
                     tensor_parallel_size: int) -> StepCostModel:
-    entry = COST_MODEL_BUILDERS.get(kind)
+    entry = COST_MODEL_BUILDERS.get(kind) if isinstance(kind, str) else None
     if entry is None:
         raise ValueError(f"cost_model.kind: {kind!r} is not one of {', '.join(sorted(COST_MODEL_BUILDERS))}")
     for name in options:

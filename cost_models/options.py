@@ -36,8 +36,9 @@ class Constraint:
         return handler(Annotated[source, Field(**self.field_arguments())])
 
 
-PositiveInt = Annotated[int, Constraint(strict=True, gt=0)]
-NonNegativeInt = Annotated[int, Constraint(strict=True, ge=0)]
+INT64_MAX = 2 ** 63 - 1   # counts live in int64 arrays: a larger one would overflow, not run
+PositiveInt = Annotated[int, Constraint(strict=True, gt=0, le=INT64_MAX)]
+NonNegativeInt = Annotated[int, Constraint(strict=True, ge=0, le=INT64_MAX)]
 PositiveFloat = Annotated[float, Constraint(strict=True, gt=0)]
 NonNegativeFloat = Annotated[float, Constraint(strict=True, ge=0)]
 Fraction = Annotated[float, Constraint(strict=True, ge=0.0, lt=1.0)]

@@ -21,17 +21,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
-from cost_models.options import (Bool, Constraint, NonNegativeInt, PositiveFloat, PositiveInt,
-                                 UnitInterval, options_config)
+from cost_models.options import (INT64_MAX, Bool, Constraint, NonNegativeInt, PositiveFloat,
+                                 PositiveInt, UnitInterval, options_config)
 from simulator.scenario.errors import ScenarioError  # noqa: F401 (its home for callers)
 from simulator.scenario.file import read_raw_scenario
 from simulator.policies.registry import get_preset, preset_names
 from simulator.workload.generate import WorkloadSpec
 
-# A name becomes a folder under the result directory: no separators, no "." or ".." tricks.
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+# A name becomes a folder under the result directory: no separators, no "." or ".." tricks, and
+# well within a file system's 255 bytes per name.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 # The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.
-GpuBlocks = Annotated[int, Constraint(strict=True, ge=2)]
+GpuBlocks = Annotated[int, Constraint(strict=True, ge=2, le=INT64_MAX)]
 Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
 
 
@@ -159,7 +160,7 @@ def _scheduler_options(index: int, entry: dict[str, Any]):
     if name is not None and not re.fullmatch(NAME_PATTERN, name):
         raise ScenarioError(f"schedulers[{index}].name: {name!r} is not allowed: it names the result "
                             f"folder, so letters, digits, '.', '_' and '-' only, starting with a "
-                            f"letter or digit")
+                            f"letter or digit, at most 128 characters")
     return options
 
 

@@ -21,7 +21,7 @@ from typing import Annotated, Literal, Union
 
 import numpy as np
 
-from cost_models.options import OPTIONS_CONFIG, Constraint
+from cost_models.options import OPTIONS_CONFIG, Constraint, PositiveInt
 from simulator.workload.arrivals import ConstantArrivals, GammaArrivals, InfArrivals, PoissonArrivals
 from simulator.workload.lengths import (EmpiricalLength, FixedLength, LognormalLength, UniformLength,
                                         VllmRandomLengths, invalid)
@@ -83,9 +83,9 @@ class WorkloadSpec:
     arrival: ArrivalSpec
     prompt_len: LengthSpec | None = None
     output_len: LengthSpec | None = None
-    num_requests: Annotated[int, Constraint(strict=True, ge=1)] | None = None
+    num_requests: PositiveInt | None = None
     duration_s: Annotated[float, Constraint(strict=True, gt=0, allow_inf_nan=False)] | None = None
-    max_concurrency: Annotated[int, Constraint(strict=True, ge=1)] | None = None
+    max_concurrency: PositiveInt | None = None
     lengths: VllmRandomLengths | None = None
     priority: PriorityChoice | None = None
     __pydantic_config__ = OPTIONS_CONFIG

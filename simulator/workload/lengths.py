@@ -14,10 +14,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from cost_models.options import OPTIONS_CONFIG, Constraint
-
-PositiveInt = Annotated[int, Constraint(strict=True, ge=1)]
-NonNegativeInt = Annotated[int, Constraint(strict=True, ge=0)]
+from cost_models.options import OPTIONS_CONFIG, Constraint, NonNegativeInt, PositiveInt
 RangeRatio = Annotated[float, Constraint(strict=True, ge=0.0, lt=1.0)]
 
 

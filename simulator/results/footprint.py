@@ -1,0 +1,41 @@
+"""A run's memory for its requests, checked against this machine before anything is drawn.
+
+Each request holds at least its workload row (arrival, prompt and output lengths, priority) and
+its row of the result table's columns, 8 bytes a field; a run that cannot hold even these is
+refused with the field that asks for it, instead of failing inside numpy (or the OS) later.
+"""
+from __future__ import annotations
+
+import os
+
+from simulator.results.columns import REQUEST_FIELDS
+
+WORKLOAD_FIELDS = 4   # arrival_s, num_prompt_tokens, max_output_tokens, priority
+BYTES_PER_REQUEST = 8 * (len(REQUEST_FIELDS) + WORKLOAD_FIELDS)
+
+
+def available_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (free plus reclaimable cache); None where unknown."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_requests_fit_memory(num_requests: int | None) -> None:
+    """Raise ValueError naming ``workload.num_requests`` when its columns alone exceed what is
+    available (a workload given by duration is drawn first and checked by numpy)."""
+    if num_requests is None:
+        return
+    need, have = num_requests * BYTES_PER_REQUEST, available_bytes()
+    if have is not None and need > have:
+        raise ValueError(f"workload.num_requests: {num_requests} needs at least {need / 1e9:.3g} GB "
+                         f"for its request columns ({BYTES_PER_REQUEST} bytes each); this machine "
+                         f"has {have / 1e9:.3g} GB available")
