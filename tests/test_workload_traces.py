@@ -109,6 +109,43 @@ def test_trace_errors_name_the_file_the_column_and_the_accepted_names(tmp_path):
         TraceArrivals("t.csv", time_scale=0.0)
 
 
+@pytest.mark.parametrize("name, text, message", [
+    # Issue 22: each of these raised a traceback or was read silently wrong.
+    ("big.csv", "arrival_s,prompt_len,output_len\n0,99999999999999999999,6\n",
+     r"big\.csv:2 column prompt_len: '99999999999999999999' is not allowed; a token count must "
+     r"be an integer >= 1 and <= 9223372036854775807"),
+    ("prio.csv", "arrival_s,prompt_len,output_len,priority\n0,5,6,99999999999999999999\n",
+     r"prio\.csv:2: column priority value '99999999999999999999' is not allowed; must fit int64"),
+    ("dup.csv", "arrival_s,prompt_len,prompt_len,output_len\n0,5,500,6\n",
+     r"dup\.csv: column 'prompt_len' appears twice in the header; name each column once"),
+    ("ns.csv", "arrival_s,prompt_len,output_len\n1.7e17,5,6\n",
+     r"ns\.csv:2: column arrival_s value 1\.7e\+17 s is not allowed; float times resolve only 32 s "
+     r"there: must be <= 8\.58993e\+09 s"),
+    ("list.jsonl", '{"input_toks": 2, "output_toks": 1, "arrival_time_ns": 5}\n[1, 2]\n',
+     r"list\.jsonl:2 is not a JSON object \(one request per line"),
+    ("int.jsonl", '{"input_toks": 2, "output_toks": 1, "arrival_time_ns": 5, "input_tok_ids": 7}\n',
+     r"int\.jsonl:1: column input_tok_ids is not a list of token ids"),
+    ("float.jsonl", '{"input_toks": 2, "output_toks": 1, "arrival_time_ns": 5, "input_tok_ids": [7, 8.9]}\n',
+     r"float\.jsonl:1: column input_tok_ids holds 8\.9; a token id is an integer from 0 to "),
+    ("null.jsonl", '{"input_toks": 2, "output_toks": 1, "arrival_time_ns": 5, "input_tok_ids": [7, null]}\n',
+     r"null\.jsonl:1: column input_tok_ids holds None; a token id is an integer"),
+    ("huge.jsonl", '{"input_toks": 1, "output_toks": 1, "arrival_time_ns": 5, "input_tok_ids": [%d]}\n' % 2 ** 64,
+     r"huge\.jsonl:1: column input_tok_ids holds 18446744073709551616; a token id is an integer"),
+])
+def test_bad_trace_files_are_refused_in_one_line(tmp_path, name, text, message):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message):
+        TraceArrivals(str(path)).load()
+
+
+def test_a_trace_that_is_not_utf8_names_the_file(tmp_path):
+    path = tmp_path / "latin.csv"
+    path.write_bytes("arrival_s,prompt_len,output_len\n0,5,6\n# caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin\.csv:3 is not UTF-8 text; save the file as UTF-8"):
+        TraceArrivals(str(path)).load()
+
+
 # --- WorkloadTrace ---
 
 def test_workload_trace_is_read_only_and_slices():

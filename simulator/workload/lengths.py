@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from cost_models.options import OPTIONS_CONFIG, Constraint, NonNegativeInt, PositiveInt
+from cost_models.options import INT64_MAX, OPTIONS_CONFIG, Constraint, NonNegativeInt, PositiveInt
 RangeRatio = Annotated[float, Constraint(strict=True, ge=0.0, lt=1.0)]
 
 
@@ -31,11 +31,12 @@ def _require_int(owner: str, name: str, value: object, minimum: int) -> None:
 def parse_length(text: str, where: str) -> int:
     """One token count from text ("512" or "512.0"); ``where`` names the file and line in errors."""
     try:
-        number = float(text)
+        number = int(text) if text.strip().lstrip("+-").isdigit() else float(text)  # ints exactly
     except ValueError:
         raise ValueError(f"{where}: {text.strip()!r} is not a token count") from None
-    if not number.is_integer() or number < 1:
-        raise ValueError(f"{where}: {text.strip()!r} is not allowed; a token count must be an integer >= 1")
+    if not 1 <= number <= INT64_MAX or not float(number).is_integer():
+        raise ValueError(f"{where}: {text.strip()!r} is not allowed; a token count must be an integer "
+                         f">= 1 and <= {INT64_MAX}")
     return int(number)
 
 

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from cost_models.options import OPTIONS_CONFIG, Constraint
+from cost_models.options import INT64_MAX, OPTIONS_CONFIG, Constraint
 from simulator.workload.lengths import invalid, parse_length
 
 
@@ -111,6 +111,7 @@ class WorkloadTrace:
         return self.head(int(np.searchsorted(self.arrival_s, end_s, side="right")))
 
 
+MAX_ARRIVAL_S = 2.0 ** 33   # ~272 years; float64 still resolves ~2 us there
 # (column name, factor to seconds)
 ARRIVAL_COLUMNS = (("arrival_s", 1.0), ("arrived_at", 1.0), ("arrival_time_ns", 1e-9))
 PROMPT_COLUMNS = ("input_toks", "num_prompt_tokens", "prompt", "num_prefill_tokens", "prompt_len")
@@ -165,27 +166,50 @@ class TraceArrivals:
 
 @functools.lru_cache(maxsize=8)
 def _read_trace(path: str, mtime_ns: int, size: int) -> WorkloadTrace:
-    rows = _read_jsonl(path) if path.endswith(".jsonl") else _read_csv(path)
+    try:
+        rows = _read_jsonl(path) if path.endswith(".jsonl") else _read_csv(path)
+    except UnicodeDecodeError:
+        raise ValueError(f"TraceArrivals.path: {path}:{_first_non_utf8_line(path)} is not UTF-8 "
+                         f"text; save the file as UTF-8") from None
     if not rows:
         raise ValueError(f"TraceArrivals.path: {path} holds no requests")
     return _table(path, rows, list(rows[0].keys()))
 
 
+def _first_non_utf8_line(path: str) -> int:
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return data.count(b"\n", 0, exc.start) + 1
+    return 0
+
+
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
     rows = []
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError:
                     raise ValueError(f"TraceArrivals.path: {path}:{number} is not valid JSON") from None
+                if not isinstance(rows[-1], dict):
+                    raise ValueError(f"TraceArrivals.path: {path}:{number} is not a JSON object "
+                                     f"(one request per line, e.g. {{\"arrival_s\": 0.5, ...}})")
     return rows
 
 
 def _read_csv(path: str) -> list[dict[str, Any]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        header = reader.fieldnames or []
+        twice = sorted({name for name in header if header.count(name) > 1})
+        if twice:   # DictReader would keep the last of them, silently
+            raise ValueError(f"TraceArrivals.path: {path}: column {twice[0]!r} appears twice in the "
+                             f"header; name each column once")
+        return list(reader)
 
 
 def _pick(path: str, columns: list[str], accepted: tuple[str, ...], what: str) -> str:
@@ -208,6 +232,7 @@ def _table(path: str, rows: list[dict[str, Any]], columns: list[str]) -> Workloa
     for number, row in enumerate(rows, first_line):
         where = f"TraceArrivals.path: {path}:{number}"
         arrival.append(_arrival_s(row, arrival_col, where) * to_s)
+        _check_arrival_s(arrival[-1], arrival_col, where)
         prompt.append(parse_length(str(_cell(row, prompt_col, where)), f"{where} column {prompt_col}"))
         output.append(parse_length(str(_cell(row, output_col, where)), f"{where} column {output_col}"))
         if ids_col is not None:
@@ -239,18 +264,39 @@ def _arrival_s(row: dict[str, Any], column: str, where: str) -> float:
     return value
 
 
+def _check_arrival_s(value: float, column: str, where: str) -> None:
+    """Arrival seconds large enough to lose microseconds (a timestamp in the wrong unit) would
+    run every step in zero time: refuse them."""
+    if value > MAX_ARRIVAL_S:
+        raise ValueError(f"{where}: column {column} value {value:g} s is not allowed; float times "
+                         f"resolve only {np.spacing(value):g} s there: must be <= {MAX_ARRIVAL_S:g} s "
+                         f"(a timestamp in another unit? see the accepted arrival columns)")
+
+
 def _priority(row: dict[str, Any], where: str) -> int:
     text = _cell(row, "priority", where)
     try:
-        return int(text)
+        value = int(text)
     except (TypeError, ValueError):
         raise ValueError(f"{where}: column priority value {text!r} is not an integer") from None
+    if not -INT64_MAX <= value <= INT64_MAX:
+        raise ValueError(f"{where}: column priority value {text!r} is not allowed; must fit int64")
+    return value
 
 
 def _token_ids(row: dict[str, Any], column: str, num_prompt_tokens: int, where: str) -> tuple[int, ...]:
     value = _cell(row, column, where)
-    ids = json.loads(value) if isinstance(value, str) else value  # a CSV cell holds a JSON list
+    try:
+        ids = json.loads(value) if isinstance(value, str) else value  # a CSV cell holds a JSON list
+    except json.JSONDecodeError:
+        ids = value
+    if not isinstance(ids, list):
+        raise ValueError(f"{where}: column {column} is not a list of token ids")
+    bad = [t for t in ids if type(t) is not int or not 0 <= t <= INT64_MAX][:1]
+    if bad:
+        raise ValueError(f"{where}: column {column} holds {bad[0]!r}; a token id is an integer "
+                         f"from 0 to {INT64_MAX}")
     if len(ids) != num_prompt_tokens:
         raise ValueError(f"{where}: column {column} has {len(ids)} ids for a prompt of "
                          f"{num_prompt_tokens} tokens")
-    return tuple(int(t) for t in ids)
+    return tuple(ids)
