@@ -15,7 +15,7 @@ from simulator.policies.defaults import default_max_num_batched_tokens, default_
 from simulator.engine.simulation import Simulation, SimulationResult
 from simulator.kv.block_pool import KVCache
 from simulator.results.files import ResultFolder
-from simulator.results.footprint import check_requests_fit_memory
+from simulator.results.footprint import check_blocks_fit_memory, check_requests_fit_memory
 from simulator.results.request_table import RequestTable
 from simulator.results.step_table import StepTable
 from simulator.results.summary import summarize
@@ -60,6 +60,9 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
         cost_options = {k: v for k, v in scenario.cost_model.items() if k != "kind"}
         cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
         runs = [_prepare_run(scenario, model, hardware, o) for o in options]
+        for run in runs:
+            if getattr(run.options, "enable_prefix_caching", False):
+                check_blocks_fit_memory(run.num_gpu_blocks, run.label)
         check_requests_fit_memory(scenario.workload.num_requests)
         trace = generate_seeded_workload(scenario.workload, scenario.seed)
         prepared = Prepared(scenario, model, hardware, cost, trace, runs)

@@ -29,3 +29,40 @@ def test_unknown_available_memory_checks_nothing(monkeypatch):
 def test_available_memory_is_read_on_this_machine():
     have = footprint.available_bytes()
     assert have is None or have > 0
+
+
+def test_identified_blocks_cost_at_least_the_lower_bound():
+    # The bound must never refuse a pool that fits: it stays below what the pool really takes.
+    import tracemalloc
+
+    from simulator.kv.prefix_cache import PrefixCachingKVCache
+    tracemalloc.start()
+    try:
+        pool = PrefixCachingKVCache(100_001, 16)
+        measured = tracemalloc.get_traced_memory()[0] / 100_000
+    finally:
+        tracemalloc.stop()
+    assert pool.num_total_blocks == 100_000
+    assert footprint.BYTES_PER_IDENTIFIED_BLOCK == 76 <= measured
+
+
+def test_too_many_blocks_for_a_prefix_cache_are_refused_before_any_folder(tmp_path):
+    # Issue 22: num_gpu_blocks 1e12 failed with MemoryError after 4 of 5 scheduler folders
+    # were written; now the whole file is refused before any run.
+    from click.testing import CliRunner
+
+    from simulator.cli import main
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: s\nmodel: llama-2-7b\nhardware: a100-80gb\ncost_model: {kind: unit}\n"
+        "engine: {num_gpu_blocks: 1000000000000, max_model_len: 256}\n"
+        "workload: {arrival: {kind: inf}, prompt_len: {kind: fixed, value: 16},\n"
+        "           output_len: {kind: fixed, value: 8}, num_requests: 4}\n"
+        "schedulers: [{preset: orca}, {preset: vllm_v0}, {preset: sarathi}, {preset: static},\n"
+        "             {preset: vllm_v1}]\n")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["run", str(scenario), "--no-plots", "-o", str(out)])
+    assert result.exit_code == 2
+    assert ("engine.num_gpu_blocks: 1000000000000 needs at least 7.6e+04 GB for vllm_v1's "
+            "prefix-cache block table (76 bytes a block)") in result.output
+    assert not out.exists()

@@ -1,8 +1,9 @@
 """A run's memory for its requests, checked against this machine before anything is drawn.
 
 Each request holds at least its workload row (arrival, prompt and output lengths, priority) and
-its row of the result table's columns, 8 bytes a field; a run that cannot hold even these is
-refused with the field that asks for it, instead of failing inside numpy (or the OS) later.
+its row of the result table's columns, 8 bytes a field, and a prefix-caching KV pool a table
+entry per block; a run that cannot hold even these is refused with the field that asks for it,
+instead of failing inside numpy (or the OS) later, and before any scheduler's files are written.
 """
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from simulator.results.columns import REQUEST_FIELDS
 
 WORKLOAD_FIELDS = 4   # arrival_s, num_prompt_tokens, max_output_tokens, priority
 BYTES_PER_REQUEST = 8 * (len(REQUEST_FIELDS) + WORKLOAD_FIELDS)
+# A KV pool with block identities (simulator/kv/prefix_cache.py) holds per block at least three
+# list slots (reference count, hash, owner tag), the block number as an int object (28 bytes)
+# and the free queue's entry for it (hash, key, value): a lower bound in CPython.
+BYTES_PER_IDENTIFIED_BLOCK = 3 * 8 + 28 + 3 * 8
 
 
 def available_bytes() -> int | None:
@@ -39,3 +44,13 @@ def check_requests_fit_memory(num_requests: int | None) -> None:
         raise ValueError(f"workload.num_requests: {num_requests} needs at least {need / 1e9:.3g} GB "
                          f"for its request columns ({BYTES_PER_REQUEST} bytes each); this machine "
                          f"has {have / 1e9:.3g} GB available")
+
+
+def check_blocks_fit_memory(num_gpu_blocks: int, label: str) -> None:
+    """Raise ValueError naming ``engine.num_gpu_blocks`` when a prefix-caching pool's block table
+    alone exceeds what is available."""
+    need, have = num_gpu_blocks * BYTES_PER_IDENTIFIED_BLOCK, available_bytes()
+    if have is not None and need > have:
+        raise ValueError(f"engine.num_gpu_blocks: {num_gpu_blocks} needs at least {need / 1e9:.3g} GB "
+                         f"for {label}'s prefix-cache block table ({BYTES_PER_IDENTIFIED_BLOCK} bytes "
+                         f"a block); this machine has {have / 1e9:.3g} GB available")
