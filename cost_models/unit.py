@@ -32,7 +32,11 @@ class UnitCostModel:
         return [self.fixed_step_time_s] * num_steps
 
 
+MAX_STEP_TIME_S = 3600.0   # an hour a step: beyond it a run's clock outgrows float precision
+
+
 def _check_positive(field: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{field}: {value!r} is not a positive number of seconds")
+            or not math.isfinite(value) or not 0 < value <= MAX_STEP_TIME_S:
+        raise ValueError(f"{field}: {value!r} is not allowed; must be a positive number of seconds "
+                         f"<= {MAX_STEP_TIME_S:g}")

@@ -23,7 +23,7 @@ from simulator.core.request import Request
 from simulator.scenario import Scenario, ScenarioError
 from simulator.policies.base import Scheduler, SchedulerContext
 from simulator.policies.registry import get_preset
-from simulator.workload.generate import generate_seeded_workload
+from simulator.workload.generate import expected_num_requests, generate_seeded_workload
 from simulator.workload.traces import WorkloadTrace
 
 
@@ -63,7 +63,7 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
         for run in runs:
             if getattr(run.options, "enable_prefix_caching", False):
                 check_blocks_fit_memory(run.num_gpu_blocks, run.label)
-        check_requests_fit_memory(scenario.workload.num_requests)
+        check_requests_fit_memory(*_requests_asked(scenario.workload))
         trace = generate_seeded_workload(scenario.workload, scenario.seed)
         prepared = Prepared(scenario, model, hardware, cost, trace, runs)
         for run in runs:
@@ -73,6 +73,15 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
     except ValueError as exc:
         raise ScenarioError(str(exc).split("\n")[0]) from None
     return prepared
+
+
+def _requests_asked(spec) -> tuple[float | None, str | None]:
+    """How many requests the workload asks for before any is drawn, and by which field."""
+    expected = expected_num_requests(spec)
+    if spec.num_requests is None and expected is not None:
+        return expected, (f"workload.duration_s: {spec.duration_s:g} at rate {spec.arrival.rate:g} "
+                          f"(~{expected:.3g} requests)")
+    return expected, None
 
 
 def select_schedulers(scenario: Scenario, labels: Sequence[str] = ()) -> list:

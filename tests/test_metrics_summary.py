@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,19 @@ def test_hand_computed_counts_and_throughputs():
     assert s["max_concurrent_requests"] == 3     # all three in flight during [2, 3)
     assert s["max_output_tokens_per_s"] == 3.0   # tokens at 2.0, 2.0, 2.5 share bucket [2, 3)
     assert s["max_itl_ms"] == 2000.0
+
+
+def test_peak_output_tokens_per_s_of_a_long_sparse_run_needs_no_counter_per_second():
+    # Issue 22: rate 1e-9 allocated a counter for every second of the run (52 GiB). Tokens at
+    # 1.0 and 1.5 share bucket [1, 2); one ~3 years later is alone in its bucket.
+    tracemalloc.start()
+    try:
+        s = summarize([make_request(0, 0.0, 10, [1.0, 1.5]), make_request(1, 1e8, 10, [1e8 + 1.0])])
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert s["max_output_tokens_per_s"] == 2.0
+    assert peak_bytes < 10_000_000   # a counter per second would take 800 MB
 
 
 def test_duration_defaults_to_first_arrival_to_last_finish():

@@ -62,14 +62,16 @@ def test_a_key_given_twice_is_refused_by_either_parser():
 
 @pytest.mark.parametrize("text, value", [
     ("rate: 3e-5", 3e-05), ("rate: 1E+3", 1000.0), ("rate: -2e2", -200.0), ("rate: 3.0e-5", 3e-05),
-    ("rate: 12", 12), ("rate: x3e5", "x3e5"), ("rate: '3e-5'", "3e-5"),
+    ("rate: 1.0e12", 1e12), ("rate: .5e1", 5.0), ("rate: 2.e3", 2000.0),
+    ("rate: 12", 12), ("rate: 1.5", 1.5), ("rate: x3e5", "x3e5"), ("rate: '3e-5'", "3e-5"),
+    ("day: 2001-12-14", __import__("datetime").date(2001, 12, 14)),
 ])
 def test_exponent_numbers_read_as_yaml_1_2_reads_them(text, value):
     # Issue 22: `3e-5` was handed to the schema as a string while `3.0e-5` was a number.
-    got = parse_yaml(text, "f.yaml")["rate"]
-    assert repr(got) == repr(value)
+    key = text.split(":")[0]
+    assert repr(parse_yaml(text, "f.yaml")[key]) == repr(value)
     if _FastStrictLoader is not None:
-        assert repr(yaml.load(text, Loader=_FastStrictLoader)["rate"]) == repr(value)  # noqa: S506
+        assert repr(yaml.load(text, Loader=_FastStrictLoader)[key]) == repr(value)  # noqa: S506
 
 
 def test_merge_keys_are_read_and_may_be_overridden():

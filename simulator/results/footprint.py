@@ -34,14 +34,15 @@ def available_bytes() -> int | None:
         return None
 
 
-def check_requests_fit_memory(num_requests: int | None) -> None:
-    """Raise ValueError naming ``workload.num_requests`` when its columns alone exceed what is
-    available (a workload given by duration is drawn first and checked by numpy)."""
+def check_requests_fit_memory(num_requests: float | None, source: str | None = None) -> None:
+    """Raise ValueError naming the field that asks for ``num_requests`` (``source``; default
+    ``workload.num_requests``) when their columns alone exceed what is available."""
     if num_requests is None:
         return
     need, have = num_requests * BYTES_PER_REQUEST, available_bytes()
     if have is not None and need > have:
-        raise ValueError(f"workload.num_requests: {num_requests} needs at least {need / 1e9:.3g} GB "
+        source = source or f"workload.num_requests: {num_requests}"
+        raise ValueError(f"{source} needs at least {need / 1e9:.3g} GB "
                          f"for its request columns ({BYTES_PER_REQUEST} bytes each); this machine "
                          f"has {have / 1e9:.3g} GB available")
 

@@ -208,7 +208,10 @@ def _peak_output_tokens_per_s(lat: _Latencies) -> float | None:
         times.extend(accumulate(gaps or (), initial=start_s + ttft_s))
     buckets = (np.array(times, dtype=np.float64) - t0_s).astype(np.int64)
     in_range = buckets[(buckets >= 0) & (buckets < num_buckets)]
-    return float(np.bincount(in_range, minlength=num_buckets).max())
+    # Counted over the buckets that hold tokens: a counter per second of a long, sparse run
+    # would not fit in memory.
+    counts = np.unique(in_range, return_counts=True)[1]
+    return float(counts.max()) if counts.size else 0.0
 
 
 def _peak_concurrency(lat: _Latencies) -> int:

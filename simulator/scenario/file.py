@@ -46,13 +46,13 @@ else:
     _FastStrictLoader = None
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
-# YAML 1.2 reads ``3e-5`` as a number; PyYAML's YAML 1.1 rules want a dot (``3.0e-5``) and would
-# hand the field a string.
-_EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+$")
+# YAML 1.2 reads ``3e-5`` and ``1.0e12`` as numbers; PyYAML's YAML 1.1 rules want a dot and a
+# signed exponent (``3.0e-5``, ``1.0e+12``) and would hand the field a string.
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9][0-9_]*(\.[0-9_]*)?)[eE][-+]?[0-9]+$")
 for _loader in (_StrictLoader, _FastStrictLoader):
     if _loader is not None:
         _loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT,
-                                      list("-+0123456789"))
+                                      list("-+.0123456789"))
 
 
 def _load_yaml(text: str):

@@ -25,7 +25,7 @@ from cost_models.options import OPTIONS_CONFIG, Constraint, PositiveInt
 from simulator.workload.arrivals import ConstantArrivals, GammaArrivals, InfArrivals, PoissonArrivals
 from simulator.workload.lengths import (EmpiricalLength, FixedLength, LognormalLength, UniformLength,
                                         VllmRandomLengths, invalid)
-from simulator.workload.traces import TraceArrivals, WorkloadTrace
+from simulator.workload.traces import MAX_ARRIVAL_S, TraceArrivals, WorkloadTrace
 
 # The classes of each ``kind``, in the order error messages list the kinds.
 ARRIVALS = (PoissonArrivals, GammaArrivals, ConstantArrivals, InfArrivals, TraceArrivals)
@@ -154,8 +154,21 @@ def generate_workload(spec: WorkloadSpec, rng: np.random.Generator) -> WorkloadT
         arrival = spec.arrival.arrival_times_until_s(spec.duration_s, rng)
         prompt, output, token_ids = _lengths(spec, arrival.size, rng)
         trace = WorkloadTrace(arrival, prompt, output, token_ids)
+    if not spec.is_trace and len(trace) and trace.arrival_s[-1] > MAX_ARRIVAL_S:
+        raise ValueError(f"workload.arrival: the drawn arrivals reach {trace.arrival_s[-1]:g} s; float "
+                         f"time keeps microseconds only up to {MAX_ARRIVAL_S:g} s: raise the rate or "
+                         f"ask for fewer requests")
     priority = trace.priority if spec.priority is None else spec.priority.sample(len(trace), rng)
     return dataclasses.replace(trace, priority=priority, max_concurrency=spec.max_concurrency)
+
+
+def expected_num_requests(spec: WorkloadSpec) -> float | None:
+    """How many requests the workload holds before any is drawn: ``num_requests``, or rate x
+    ``duration_s`` for a rate-driven arrival process; None when unknown (a trace)."""
+    if spec.num_requests is not None:
+        return spec.num_requests
+    rate = getattr(spec.arrival, "rate", None)
+    return rate * spec.duration_s if rate is not None and spec.duration_s is not None else None
 
 
 def generate_seeded_workload(spec: WorkloadSpec, seed: int) -> WorkloadTrace:
