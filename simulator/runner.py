@@ -62,7 +62,7 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
         runs = [_prepare_run(scenario, model, hardware, o) for o in options]
         for run in runs:
             if getattr(run.options, "enable_prefix_caching", False):
-                check_blocks_fit_memory(run.num_gpu_blocks, run.label)
+                check_blocks_fit_memory(run.num_gpu_blocks, run.label, scenario.engine.num_replicas)
         check_requests_fit_memory(*_requests_asked(scenario.workload))
         trace = generate_seeded_workload(scenario.workload, scenario.seed)
         prepared = Prepared(scenario, model, hardware, cost, trace, runs)

@@ -66,3 +66,11 @@ def test_too_many_blocks_for_a_prefix_cache_are_refused_before_any_folder(tmp_pa
     assert ("engine.num_gpu_blocks: 1000000000000 needs at least 7.6e+04 GB for vllm_v1's "
             "prefix-cache block table (76 bytes a block)") in result.output
     assert not out.exists()
+
+
+def test_every_replica_holds_its_own_block_table(monkeypatch):
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 76 * 1000 * 4)
+    footprint.check_blocks_fit_memory(1000, "vllm_v1", num_replicas=4)
+    with pytest.raises(ValueError, match=r"engine.num_gpu_blocks: 1000 x 5 replicas needs at least "
+                                         r"0.00038 GB for vllm_v1's prefix-cache block table"):
+        footprint.check_blocks_fit_memory(1000, "vllm_v1", num_replicas=5)

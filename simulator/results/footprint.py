@@ -47,11 +47,13 @@ def check_requests_fit_memory(num_requests: float | None, source: str | None = N
                          f"has {have / 1e9:.3g} GB available")
 
 
-def check_blocks_fit_memory(num_gpu_blocks: int, label: str) -> None:
-    """Raise ValueError naming ``engine.num_gpu_blocks`` when a prefix-caching pool's block table
-    alone exceeds what is available."""
-    need, have = num_gpu_blocks * BYTES_PER_IDENTIFIED_BLOCK, available_bytes()
+def check_blocks_fit_memory(num_gpu_blocks: int, label: str, num_replicas: int = 1) -> None:
+    """Raise ValueError naming ``engine.num_gpu_blocks`` when the prefix-caching pools' block
+    tables (one a replica) alone exceed what is available."""
+    need, have = num_replicas * num_gpu_blocks * BYTES_PER_IDENTIFIED_BLOCK, available_bytes()
     if have is not None and need > have:
-        raise ValueError(f"engine.num_gpu_blocks: {num_gpu_blocks} needs at least {need / 1e9:.3g} GB "
-                         f"for {label}'s prefix-cache block table ({BYTES_PER_IDENTIFIED_BLOCK} bytes "
-                         f"a block); this machine has {have / 1e9:.3g} GB available")
+        each = f" x {num_replicas} replicas" if num_replicas > 1 else ""
+        raise ValueError(f"engine.num_gpu_blocks: {num_gpu_blocks}{each} needs at least "
+                         f"{need / 1e9:.3g} GB for {label}'s prefix-cache block table "
+                         f"({BYTES_PER_IDENTIFIED_BLOCK} bytes a block); this machine has "
+                         f"{have / 1e9:.3g} GB available")

@@ -33,6 +33,7 @@ from simulator.workload.generate import WorkloadSpec
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 # The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.
 GpuBlocks = Annotated[int, Constraint(strict=True, ge=2, le=INT64_MAX)]
+MAX_REPLICAS = 1024
 Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
 
 
@@ -44,7 +45,9 @@ class EngineOptions:
     block_size: PositiveInt = 16
     num_gpu_blocks: GpuBlocks | None = None            # like num_gpu_blocks_override
     max_model_len: PositiveInt | None = None           # default: the model's context length
-    num_replicas: PositiveInt = 1
+    # Each replica is a scheduler, a KV pool and a serve process, and least_loaded scans them
+    # all per arrival: past a thousand, simulate one replica at its share of the load instead.
+    num_replicas: Annotated[int, Constraint(strict=True, ge=1, le=MAX_REPLICAS)] = 1
     router: Literal["round_robin", "least_loaded"] = "round_robin"
     # `vllm serve` and the `LLM` class have different default budgets (trap 11).
     entrypoint: Literal["serve", "llm"] = "serve"
