@@ -151,3 +151,40 @@ def test_mutated_scheduler_options_give_options_or_one_error_line(preset, data):
     raw = raw_of(ROOT / "scenarios" / "toy_unit.yaml")
     raw["schedulers"] = [{**entry, "preset": preset}]
     outcome(raw)
+
+
+@pytest.mark.parametrize("override, expected", [
+    # Issue 22: 130 of 618 refusals said "unknown field" without naming the valid ones.
+    ("engin.x=1", "engin: unknown field (not allowed here; check the spelling); did you mean "
+                  "'engine'? allowed here: name, description, seed, model, hardware, cost_model, "
+                  "engine, workload, schedulers, metrics, sweep, num_seeds"),
+    ("workload.arrival.rat=3", "workload.arrival.rat: unknown field (not allowed here; check the "
+                               "spelling); did you mean 'rate'? allowed here: kind, rate, timing"),
+    ("workload.prompt_len.valu=3", "did you mean 'value'? allowed here: kind, value"),
+    ("metrics.goodput.ttft=3", "did you mean 'ttft_ms'? allowed here: ttft_ms, tpot_ms, e2el_ms"),
+    ("engine.zzzz=3", "engine.zzzz: unknown field (not allowed here; check the spelling); allowed "
+                      "here: tensor_parallel_size,"),
+])
+def test_an_unknown_field_lists_the_valid_ones_and_the_nearest(override, expected):
+    raw = apply_overrides({"name": "t", "model": "llama-2-7b", "hardware": "a100-80gb",
+                           "cost_model": {"kind": "unit"},
+                           "workload": {"arrival": {"kind": "poisson", "rate": 1.0},
+                                        "prompt_len": {"kind": "fixed", "value": 4},
+                                        "output_len": {"kind": "fixed", "value": 2},
+                                        "num_requests": 2},
+                           "schedulers": [{"preset": "vllm_v1"}]}, [override])
+    with pytest.raises(ScenarioError) as error:
+        validate_scenario(raw)
+    assert expected in str(error.value)
+
+
+def test_an_unknown_scheduler_option_lists_the_presets_options():
+    raw = {"name": "t", "model": "llama-2-7b", "hardware": "a100-80gb", "cost_model": {"kind": "unit"},
+           "workload": {"arrival": {"kind": "inf"}, "prompt_len": {"kind": "fixed", "value": 4},
+                        "output_len": {"kind": "fixed", "value": 2}, "num_requests": 2},
+           "schedulers": [{"preset": "orca", "max_num_seq": 4}]}
+    with pytest.raises(ScenarioError) as error:
+        validate_scenario(raw)
+    assert str(error.value).startswith("schedulers[0].max_num_seq: unknown field (not allowed here; "
+                                       "check the spelling); did you mean 'max_num_seqs'? allowed "
+                                       "here: preset, name, max_num_seqs,")

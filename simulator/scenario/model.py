@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from cost_models.options import (INT64_MAX, Bool, Constraint, NonNegativeInt, PositiveFloat,
                                  PositiveInt, UnitInterval, options_config)
 from simulator.scenario.errors import ScenarioError  # noqa: F401 (its home for callers)
+from simulator.scenario.field_names import unknown_field_hint
 from simulator.scenario.file import read_raw_scenario
 from simulator.policies.registry import get_preset, preset_names
 from simulator.workload.generate import WorkloadSpec
@@ -120,7 +121,7 @@ def _build_scenario(raw: dict) -> Scenario:
     try:
         model = _scenario_model().model_validate(raw)
     except ValidationError as exc:
-        raise ScenarioError(format_validation_error(exc, raw=raw)) from None
+        raise ScenarioError(format_validation_error(exc, raw=raw, root=Scenario)) from None
     except ValueError as exc:
         raise ScenarioError(str(exc).split("\n")[0]) from None
     return Scenario(**{f.name: getattr(model, f.name) for f in dataclasses.fields(Scenario)})
@@ -137,7 +138,8 @@ def _validate_options(options_cls: type, entry: dict[str, Any], index: int) -> A
     try:
         return _options_adapter(options_cls).validate_python(entry)
     except ValidationError as exc:
-        raise ScenarioError(format_validation_error(exc, f"schedulers[{index}]", entry)) from None
+        raise ScenarioError(format_validation_error(exc, f"schedulers[{index}]", entry,
+                                                    root=options_cls)) from None
 
 
 def _scheduler_options(index: int, entry: dict[str, Any]):
@@ -190,7 +192,10 @@ def _is_internal(item: Any, node: dict) -> bool:
             or item in {"str", "int", "float", "bool", "list", "dict"})
 
 
-def format_validation_error(exc: ValidationError, prefix: str = "", raw: Any = None) -> str:
+def format_validation_error(exc: ValidationError, prefix: str = "", raw: Any = None,
+                            root: type | None = None) -> str:
+    """One line for the first error; ``root``, the dataclass validated, lets an unknown field's
+    refusal list the valid ones."""
     err = exc.errors()[0]
     msg = err["msg"].removeprefix("Value error, ")
     where = _loc(prefix, err["loc"], raw)
@@ -202,7 +207,8 @@ def format_validation_error(exc: ValidationError, prefix: str = "", raw: Any = N
     if err["type"] in ("missing", "missing_argument"):
         return f"{where}: required field is missing"
     if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
-        return f"{where}: unknown field (not allowed here; check the spelling)"
+        hint = unknown_field_hint(root, err["loc"]) if root is not None else ""
+        return f"{where}: unknown field (not allowed here; check the spelling){hint}"
     if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         # Name the tag field itself (workload.arrival.kind), not the whole block.
         ctx = err["ctx"]
