@@ -188,3 +188,13 @@ def test_an_unknown_scheduler_option_lists_the_presets_options():
     assert str(error.value).startswith("schedulers[0].max_num_seq: unknown field (not allowed here; "
                                        "check the spelling); did you mean 'max_num_seqs'? allowed "
                                        "here: preset, name, max_num_seqs,")
+
+
+def test_set_accepts_the_sweep_blocks_index_syntax():
+    # Issue 22: `--set schedulers[0].x` was taken as a top-level key "schedulers[0]".
+    raw = {"schedulers": [{"preset": "vllm_v1"}, {"preset": "orca"}]}
+    assert apply_overrides(raw, ["schedulers[1].max_num_seqs=8"]) == \
+        apply_overrides(raw, ["schedulers.1.max_num_seqs=8"]) == \
+        {"schedulers": [{"preset": "vllm_v1"}, {"preset": "orca", "max_num_seqs": 8}]}
+    with pytest.raises(ScenarioError, match=r"'schedulers\[2\].name': index 2 is out of range"):
+        apply_overrides(raw, ["schedulers[2].name=x"])

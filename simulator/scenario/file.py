@@ -148,7 +148,7 @@ def apply_overrides(raw: dict, overrides) -> dict:
         if not sep or not key:
             raise ScenarioError(f"--set: {item!r} must look like dotted.key=value")
         node = raw
-        parts = key.split(".")
+        parts = _key_parts(key)
         for part in parts[:-1]:
             if isinstance(node, list) and part.isdigit():
                 _check_index(key, part, node)
@@ -167,6 +167,11 @@ def apply_overrides(raw: dict, overrides) -> dict:
         else:
             raise ScenarioError(f"--set: {key!r} does not name a field")
     return raw
+
+
+def _key_parts(key: str) -> list[str]:
+    """``schedulers[0].name`` (as sweep blocks write it) or ``schedulers.0.name``: the same parts."""
+    return [p for p in re.split(r"\.|\[(\d+)\]", key) if p] if "[" in key else key.split(".")
 
 
 def _check_index(key: str, part: str, node: list) -> None:
