@@ -123,9 +123,19 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
 ]}
 
 
+# HuggingFace model_type values whose layers ModelSpec describes: a Llama-style decoder (GQA,
+# gated MLP, optional MoE and QK norm) or OPT. Others (gemma2's soft-capping and sliding windows,
+# Mamba hybrids, ...) would be priced as a Llama without a word.
+MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "yi", "opt")
+
+
 def _from_hf_config(cfg: dict, name: str) -> ModelSpec:
-    """Map a HuggingFace config.json (Llama, Mistral, Qwen2/3, Qwen3-MoE, OPT, Yi) to a ModelSpec."""
+    """Map a HuggingFace config.json (Llama, Mistral, Mixtral, Qwen2/3, Qwen3-MoE, OPT, Yi) to a
+    ModelSpec."""
     model_type = cfg.get("model_type", "llama")
+    if model_type not in MODEL_TYPES:
+        raise UnknownModelError(f"model: config.json model_type {model_type!r} is not modelled; "
+                                f"allowed: {', '.join(MODEL_TYPES)}")
     if model_type == "opt":
         return ModelSpec(
             name=name, num_layers=cfg["num_hidden_layers"], hidden_size=cfg["hidden_size"],
@@ -153,12 +163,12 @@ class UnknownModelError(ValueError):
 
 def load_model(name_or_path: str) -> ModelSpec:
     """A preset name (case-insensitive, HF org prefix ignored) or a path to a config.json / model dir."""
-    key = name_or_path.lower().rsplit("/", 1)[-1]
-    if key in PRESETS:
-        return PRESETS[key]
     path = Path(name_or_path)
-    if path.is_dir():
+    if path.is_dir():   # a local model folder wins over a preset of the same name
         path = path / "config.json"
+    key = name_or_path.lower().rsplit("/", 1)[-1]
+    if key in PRESETS and not path.is_file():
+        return PRESETS[key]
     if path.is_file():
         try:
             cfg = json.loads(path.read_text())

@@ -190,3 +190,30 @@ def test_error_against_real_h200_cuda_graph_steps_is_printed_and_sane(capsys):
             print(f"\nroofline vs real H200 CUDA-graph steps, llama-3.1-8b, {kind}: "
                   f"n={len(errs)} MAPE {mape:.1%} max {worst:.1%}")
         assert math.isfinite(mape) and mape < 0.60
+
+
+def _write_config(folder, **fields):
+    import json
+    folder.mkdir(parents=True)
+    config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+              "vocab_size": 1000, "max_position_embeddings": 512, **fields}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_a_model_folder_named_like_a_preset_is_read_from_its_config(tmp_path):
+    # Issue 22: ./llama-2-7b/config.json ran the llama-2-7b preset, not the config it holds.
+    folder = _write_config(tmp_path / "llama-2-7b")
+    spec = load_model(str(folder))
+    assert (spec.num_layers, spec.hidden_size, spec.vocab_size) == (2, 64, 1000)
+    assert load_model("meta-llama/llama-2-7b").num_layers == 32   # no such folder: the preset
+
+
+def test_a_config_of_an_unmodelled_model_type_is_refused(tmp_path):
+    # Issue 22: model_type gemma2 was priced as a Llama without a word.
+    from cost_models.model_spec import UnknownModelError
+    folder = _write_config(tmp_path / "gemma", model_type="gemma2")
+    with pytest.raises(UnknownModelError, match=r"model: config.json model_type 'gemma2' is not "
+                                                r"modelled; allowed: llama, mistral, mixtral,"):
+        load_model(str(folder))
