@@ -146,3 +146,36 @@ def test_a_result_dir_that_is_a_file_is_refused(tmp_path):
 def test_an_unknown_format_is_refused(tmp_path):
     with pytest.raises(ValueError, match="--format: 'xlsx'"):
         ResultFolder(tmp_path / "r", "xlsx")
+
+
+def test_a_run_killed_by_sigkill_leaves_a_staging_folder_that_the_next_run_removes(tmp_path):
+    # Issue 22: SIGKILL or SIGTERM of a run left its staging folder (up to 56 MB) for good.
+    import signal
+    import subprocess
+    import sys
+    import time
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    scenario = root / "bench" / "v1_roofline.yaml"
+    cmd = [sys.executable, "-m", "simulator.cli", "run", str(scenario), "--no-plots", "-o", str(out),
+           "--set", "workload.num_requests=2000000"]
+    child = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not list(out.glob(f"vllm_v1.tmp-{child.pid}-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert list(out.glob("vllm_v1.tmp-*")) and not (out / "vllm_v1").exists()   # killed mid-run
+    small = subprocess.run(cmd[:-1] + ["workload.num_requests=20"], cwd=root, capture_output=True)
+    assert small.returncode == 0, small.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["vllm_v1"]   # the stale staging folder went
+
+
+def test_a_live_processes_staging_folder_is_kept(tmp_path):
+    from simulator.results.atomic import remove_stale_siblings
+    mine = tmp_path / f"out.tmp-{os.getpid()}-abc"
+    unknown = tmp_path / "out.tmp-notapid"
+    for folder in (mine, unknown):
+        folder.mkdir()
+    remove_stale_siblings(tmp_path / "out")
+    assert mine.is_dir() and unknown.is_dir()

@@ -42,8 +42,12 @@ def save_figure(fig, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Pat
     for fmt in formats:
         path = base.with_name(f"{base.name}.{fmt}")
         tmp = path.with_name(f".{path.name}.tmp")
-        fig.savefig(tmp, dpi=110, format=fmt, metadata=_metadata(fmt))
-        os.replace(tmp, path)
+        try:
+            fig.savefig(tmp, dpi=110, format=fmt, metadata=_metadata(fmt))
+            os.replace(tmp, path)
+        except BaseException:   # Ctrl-C while drawing: no temp file left behind
+            tmp.unlink(missing_ok=True)
+            raise
         paths.append(path)
     if "matplotlib.pyplot" in sys.modules:   # a pyplot figure stays open until closed
         pyplot().close(fig)

@@ -1,12 +1,14 @@
 """Files and folders that appear whole or not at all: temp file, fsync, ``os.replace``.
 
-A result folder is written into a sibling staging folder (``<name>.tmp-XXXX``), each file itself
-through a temp file, and the staging folder is then renamed into place, replacing an older one.
+A result folder is written into a sibling staging folder (``<name>.tmp-PID-XXXX``), each file
+itself through a temp file, and the staging folder is then renamed into place, replacing an older
+one. A later run removes the staging folders of processes that no longer exist.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -55,11 +57,34 @@ def commit(tmp: Path, path: Path) -> None:
 
 
 def staging_folder(target: Path) -> Path:
-    """A new empty sibling of ``target`` to write a result folder in."""
+    """A new empty sibling of ``target`` to write a result folder in, named after this process;
+    staging folders that killed runs left beside ``target`` go first."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-", dir=target.parent))
+    remove_stale_siblings(target)
+    staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.tmp-{os.getpid()}-", dir=target.parent))
     os.chmod(staging, 0o777 & ~_UMASK)
     return staging
+
+
+def remove_stale_siblings(target: Path) -> None:
+    """Remove ``<name>.tmp-PID-*`` and ``<name>.old-PID-*`` folders whose process is gone (a run
+    killed by a signal it could not catch); a live process's, or an unrecognised name, stay."""
+    pattern = re.compile(rf"{re.escape(target.name)}\.(tmp|old)-(\d+)-[^/]+")
+    with contextlib.suppress(OSError):
+        for sibling in target.parent.iterdir():
+            match = pattern.fullmatch(sibling.name)
+            if match and sibling.is_dir() and not _alive(int(match.group(2))):
+                shutil.rmtree(sibling, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True   # another user's process: alive, and not ours to judge
+    return True
 
 
 def put_in_place(staging: Path, target: Path) -> None:
@@ -82,7 +107,7 @@ def _swap_into_place(staging: Path, target: Path) -> None:
         os.replace(staging, target)
         return
     # rename() may replace an empty folder: park the old results there, then drop them.
-    old = Path(tempfile.mkdtemp(prefix=f"{target.name}.old-", dir=target.parent))
+    old = Path(tempfile.mkdtemp(prefix=f"{target.name}.old-{os.getpid()}-", dir=target.parent))
     try:
         os.replace(target, old)
     except BaseException:
