@@ -251,3 +251,42 @@ def test_a_foreign_sweep_csv_is_a_one_line_error(tmp_path):
     assert result.exit_code == EXIT_USER_ERROR
     assert result.stderr == (f"error: {tmp_path / 'out' / SWEEP_CSV}: not a servesim sweep.csv (no "
                              f"run_key column); move it away or use -o another folder\n")
+
+
+def _children_of(pid: int) -> list[int]:
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_a_sweep_killed_by_sigkill_leaves_no_worker_behind(tmp_path):
+    # Issue 22: SIGKILL of `servesim sweep` left its pool workers running for minutes.
+    import signal
+    import subprocess
+    import sys
+    import time
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "-m", "simulator.cli", "sweep", "scenarios/sweep_static_vs_continuous.yaml",
+           "-o", str(tmp_path / "out"), "--workers", "2", "--set", "workload.num_requests=200000"]
+    sweep = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(_children_of(sweep.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    children = _children_of(sweep.pid)
+    assert len(children) >= 2, "the pool did not start"
+    time.sleep(1.0)   # the workers are inside a point now
+    sweep.send_signal(signal.SIGKILL)
+    sweep.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{c}").exists() for c in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    alive = [c for c in children if Path(f"/proc/{c}/stat").exists()
+             and Path(f"/proc/{c}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+    assert not alive, f"processes left running: {alive}"

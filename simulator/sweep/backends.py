@@ -11,6 +11,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -46,10 +48,21 @@ class LocalBackend:
             return
         if self._pool is None:   # started on first use, no bigger than the work
             self._pool = cf.ProcessPoolExecutor(min(self.workers, len(tasks)),
-                                                mp_context=multiprocessing.get_context("spawn"))
+                                                mp_context=multiprocessing.get_context("spawn"),
+                                                initializer=exit_with_parent, initargs=(os.getpid(),))
         futures = {self._pool.submit(fn, *args): i for i, args in enumerate(tasks)}
         for future in cf.as_completed(futures):
             yield futures[future], future.result()
+
+
+def exit_with_parent(parent_pid: int) -> None:
+    """A pool worker's initializer: leave as soon as the sweep's process is gone (killed by a
+    signal it could not catch), instead of finishing its point for no one."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.2)
+        os._exit(1)
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 class RayBackend:
