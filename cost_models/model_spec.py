@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from cost_models import user_paths
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -164,12 +166,12 @@ class UnknownModelError(ValueError):
 def load_model(name_or_path: str) -> ModelSpec:
     """A preset name (case-insensitive, HF org prefix ignored) or a path to a config.json / model dir."""
     path = Path(name_or_path)
-    if path.is_dir():   # a local model folder wins over a preset of the same name
+    if user_paths.is_dir(path):   # a local model folder wins over a preset of the same name
         path = path / "config.json"
     key = name_or_path.lower().rsplit("/", 1)[-1]
-    if key in PRESETS and not path.is_file():
+    if key in PRESETS and not user_paths.is_file(path):
         return PRESETS[key]
-    if path.is_file():
+    if user_paths.is_file(path):
         try:
             cfg = json.loads(path.read_text())
             return _from_hf_config(cfg, name=path.parent.name or path.stem)

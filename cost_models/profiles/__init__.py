@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cost_models import user_paths
 from cost_models.base import StepCostModel
 from cost_models.hardware import load_hardware
 from cost_models.fitted_range import FittedRange
@@ -29,14 +30,14 @@ def profile_names() -> list[str]:
 
 def profile_path(name: str) -> Path:
     path = PROFILES_DIR / f"{name}.json"
-    if not path.is_file():
+    if not user_paths.is_file(path):
         raise ValueError(f"cost_model.profile: {name!r} is not a shipped profile ({', '.join(profile_names())})")
     return path
 
 
 def read_model_file(path: Path) -> dict:
     path = Path(path)
-    if not path.is_file():
+    if not user_paths.is_file(path):
         raise ValueError(f"cost_model.path: {str(path)!r} is not a file")
     try:
         data = json.loads(path.read_text())

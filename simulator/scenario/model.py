@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
+from cost_models import user_paths
 from cost_models.options import (INT64_MAX, Bool, Constraint, NonNegativeInt, PositiveFloat,
                                  PositiveInt, UnitInterval, options_config)
 from simulator.scenario.errors import ScenarioError  # noqa: F401 (its home for callers)
@@ -35,6 +36,7 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 # The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.
 GpuBlocks = Annotated[int, Constraint(strict=True, ge=2, le=INT64_MAX)]
 MAX_REPLICAS = 1024
+MAX_BLOCK_SIZE = 1 << 16
 Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
 
 
@@ -43,7 +45,9 @@ Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
 class EngineOptions:
     tensor_parallel_size: PositiveInt = 1
     gpu_memory_utilization: UnitInterval = 0.92       # vLLM V1 default (semantics §8)
-    block_size: PositiveInt = 16
+    # vLLM uses 16 (1 to 128 for attention; hybrid models' larger pages reach a few thousand);
+    # the decode cohort keeps a counter per token of a block.
+    block_size: Annotated[int, Constraint(strict=True, ge=1, le=MAX_BLOCK_SIZE)] = 16
     num_gpu_blocks: GpuBlocks | None = None            # like num_gpu_blocks_override
     max_model_len: PositiveInt | None = None           # default: the model's context length
     # Each replica is a scheduler, a KV pool and a serve process, and least_loaded scans them
@@ -242,7 +246,7 @@ def _check_files(scenario: Scenario) -> None:
     workload = scenario.workload
     for where in ("arrival", "prompt_len", "output_len"):
         path = getattr(getattr(workload, where), "path", None)
-        if isinstance(path, str) and not Path(path).is_file():
+        if isinstance(path, str) and not user_paths.is_file(path):
             raise ScenarioError(f"workload.{where}.path: file {path!r} does not exist (a relative "
                                 f"path is looked up next to the scenario file)")
 
@@ -266,9 +270,9 @@ def _resolve_paths(raw: dict, base_dir: Path) -> dict:
 
 def _rel(value: str, base_dir: Path) -> str:
     p = Path(value)
-    if p.is_absolute() or p.exists():
+    if p.is_absolute() or user_paths.exists(p):
         return value
-    return str(base_dir / p) if (base_dir / p).exists() else value
+    return str(base_dir / p) if user_paths.exists(base_dir / p) else value
 
 
 def json_schema() -> dict:
