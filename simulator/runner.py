@@ -61,8 +61,9 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
         cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
         runs = [_prepare_run(scenario, model, hardware, o) for o in options]
         for run in runs:
-            if getattr(run.options, "enable_prefix_caching", False):
-                check_blocks_fit_memory(run.num_gpu_blocks, run.label, scenario.engine.num_replicas)
+            pool = run.scheduler_cls.kv_cache_class(run.options)
+            check_blocks_fit_memory(run.num_gpu_blocks, pool.TABLE_BYTES_PER_BLOCK, run.label,
+                                    scenario.engine.num_replicas)
         check_requests_fit_memory(*_requests_asked(scenario.workload))
         trace = generate_seeded_workload(scenario.workload, scenario.seed)
         prepared = Prepared(scenario, model, hardware, cost, trace, runs)

@@ -43,7 +43,7 @@ def test_identified_blocks_cost_at_least_the_lower_bound():
     finally:
         tracemalloc.stop()
     assert pool.num_total_blocks == 100_000
-    assert footprint.BYTES_PER_IDENTIFIED_BLOCK == 76 <= measured
+    assert PrefixCachingKVCache.TABLE_BYTES_PER_BLOCK == 76 <= measured
 
 
 def test_too_many_blocks_for_a_prefix_cache_are_refused_before_any_folder(tmp_path):
@@ -70,7 +70,7 @@ def test_too_many_blocks_for_a_prefix_cache_are_refused_before_any_folder(tmp_pa
 
 def test_every_replica_holds_its_own_block_table(monkeypatch):
     monkeypatch.setattr(footprint, "available_bytes", lambda: 76 * 1000 * 4)
-    footprint.check_blocks_fit_memory(1000, "vllm_v1", num_replicas=4)
+    footprint.check_blocks_fit_memory(1000, 76, "vllm_v1", num_replicas=4)
     with pytest.raises(ValueError, match=r"engine.num_gpu_blocks: 1000 x 5 replicas needs at least "
                                          r"0.00038 GB for vllm_v1's prefix-cache block table"):
-        footprint.check_blocks_fit_memory(1000, "vllm_v1", num_replicas=5)
+        footprint.check_blocks_fit_memory(1000, 76, "vllm_v1", num_replicas=5)

@@ -12,6 +12,8 @@ from simulator.core.request import Request
 
 
 class KVCache:
+    TABLE_BYTES_PER_BLOCK = 0   # counted blocks: no table per block (see PrefixCachingKVCache)
+
     def __init__(self, num_gpu_blocks: int, block_size: int, *, reserve_null_block: bool = True):
         if block_size <= 0:
             raise ValueError(f"engine.block_size: {block_size} must be a positive integer")

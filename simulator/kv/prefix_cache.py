@@ -26,6 +26,10 @@ from simulator.kv.block_pool import KVCache
 
 class PrefixCachingKVCache(KVCache):
     start_counting = True   # False: identities from the start (the tests' reference)
+    # Per block, at least: three list slots (reference count, hash, owner tag), the block number
+    # as an int object (28 bytes) and its free-queue entry (hash, key, value). A CPython lower
+    # bound, so a pre-run memory check never refuses a pool that fits.
+    TABLE_BYTES_PER_BLOCK = 3 * 8 + 28 + 3 * 8
 
     def __init__(self, num_gpu_blocks: int, block_size: int, *, reserve_null_block: bool = True):
         super().__init__(num_gpu_blocks, block_size, reserve_null_block=reserve_null_block)

@@ -62,8 +62,13 @@ class Scheduler:
 
     # -- hooks a policy may override ---------------------------------------------------------
     @classmethod
+    def kv_cache_class(cls, options) -> type[KVCache]:
+        """The KV pool these options run on."""
+        return KVCache
+
+    @classmethod
     def make_kv_cache(cls, options, num_gpu_blocks: int, block_size: int) -> KVCache:
-        return KVCache(num_gpu_blocks, block_size)
+        return cls.kv_cache_class(options)(num_gpu_blocks, block_size)
 
     @classmethod
     def resolve_class(cls, options) -> type["Scheduler"]:

@@ -36,10 +36,8 @@ class VllmV1Scheduler(Scheduler):
     Options = VllmV1Options
 
     @classmethod
-    def make_kv_cache(cls, options, num_gpu_blocks: int, block_size: int) -> KVCache:
-        if options.enable_prefix_caching:
-            return PrefixCachingKVCache(num_gpu_blocks, block_size)
-        return KVCache(num_gpu_blocks, block_size)
+    def kv_cache_class(cls, options) -> type[KVCache]:
+        return PrefixCachingKVCache if options.enable_prefix_caching else KVCache
 
     def make_waiting_queue(self):
         return PriorityQueue() if self.options.scheduling_policy == "priority" else FCFSQueue()

@@ -13,10 +13,6 @@ from simulator.results.columns import REQUEST_FIELDS
 
 WORKLOAD_FIELDS = 4   # arrival_s, num_prompt_tokens, max_output_tokens, priority
 BYTES_PER_REQUEST = 8 * (len(REQUEST_FIELDS) + WORKLOAD_FIELDS)
-# A KV pool with block identities (simulator/kv/prefix_cache.py) holds per block at least three
-# list slots (reference count, hash, owner tag), the block number as an int object (28 bytes)
-# and the free queue's entry for it (hash, key, value): a lower bound in CPython.
-BYTES_PER_IDENTIFIED_BLOCK = 3 * 8 + 28 + 3 * 8
 
 
 def available_bytes() -> int | None:
@@ -47,13 +43,15 @@ def check_requests_fit_memory(num_requests: float | None, source: str | None = N
                          f"has {have / 1e9:.3g} GB available")
 
 
-def check_blocks_fit_memory(num_gpu_blocks: int, label: str, num_replicas: int = 1) -> None:
-    """Raise ValueError naming ``engine.num_gpu_blocks`` when the prefix-caching pools' block
-    tables (one a replica) alone exceed what is available."""
-    need, have = num_replicas * num_gpu_blocks * BYTES_PER_IDENTIFIED_BLOCK, available_bytes()
+def check_blocks_fit_memory(num_gpu_blocks: int, bytes_per_block: int, label: str,
+                            num_replicas: int = 1) -> None:
+    """Raise ValueError naming ``engine.num_gpu_blocks`` when the KV pools' block tables (one a
+    replica, ``bytes_per_block`` each: the pool class's TABLE_BYTES_PER_BLOCK) alone exceed what
+    is available."""
+    need, have = num_replicas * num_gpu_blocks * bytes_per_block, available_bytes()
     if have is not None and need > have:
         each = f" x {num_replicas} replicas" if num_replicas > 1 else ""
         raise ValueError(f"engine.num_gpu_blocks: {num_gpu_blocks}{each} needs at least "
                          f"{need / 1e9:.3g} GB for {label}'s prefix-cache block table "
-                         f"({BYTES_PER_IDENTIFIED_BLOCK} bytes a block); this machine has "
+                         f"({bytes_per_block} bytes a block); this machine has "
                          f"{have / 1e9:.3g} GB available")
