@@ -208,8 +208,9 @@ def _peak_output_tokens_per_s(lat: _Latencies) -> float | None:
         times.extend(accumulate(gaps or (), initial=start_s + ttft_s))
     buckets = (np.array(times, dtype=np.float64) - t0_s).astype(np.int64)
     in_range = buckets[(buckets >= 0) & (buckets < num_buckets)]
-    # Counted over the buckets that hold tokens: a counter per second of a long, sparse run
-    # would not fit in memory.
+    if num_buckets <= max(len(in_range), 1 << 20):   # counters cost no more than the tokens do
+        return float(np.bincount(in_range, minlength=num_buckets).max())
+    # A long, sparse run: count only the seconds that hold tokens (the same maximum).
     counts = np.unique(in_range, return_counts=True)[1]
     return float(counts.max()) if counts.size else 0.0
 

@@ -25,7 +25,8 @@ from cost_models.options import OPTIONS_CONFIG, Constraint, PositiveInt
 from simulator.workload.arrivals import ConstantArrivals, GammaArrivals, InfArrivals, PoissonArrivals
 from simulator.workload.lengths import (EmpiricalLength, FixedLength, LognormalLength, UniformLength,
                                         VllmRandomLengths, invalid)
-from simulator.workload.traces import MAX_ARRIVAL_S, TraceArrivals, WorkloadTrace
+from simulator.workload.traces import (MAX_ARRIVAL_S, TraceArrivals, WorkloadTrace,
+                                       first_arrival_too_late)
 
 # The classes of each ``kind``, in the order error messages list the kinds.
 ARRIVALS = (PoissonArrivals, GammaArrivals, ConstantArrivals, InfArrivals, TraceArrivals)
@@ -154,7 +155,7 @@ def generate_workload(spec: WorkloadSpec, rng: np.random.Generator) -> WorkloadT
         arrival = spec.arrival.arrival_times_until_s(spec.duration_s, rng)
         prompt, output, token_ids = _lengths(spec, arrival.size, rng)
         trace = WorkloadTrace(arrival, prompt, output, token_ids)
-    if not spec.is_trace and len(trace) and trace.arrival_s[-1] > MAX_ARRIVAL_S:
+    if first_arrival_too_late(trace.arrival_s) is not None:   # drawn, or a trace's scaled times
         raise ValueError(f"workload.arrival: the drawn arrivals reach {trace.arrival_s[-1]:g} s; float "
                          f"time keeps microseconds only up to {MAX_ARRIVAL_S:g} s: raise the rate or "
                          f"ask for fewer requests")

@@ -111,7 +111,14 @@ class WorkloadTrace:
         return self.head(int(np.searchsorted(self.arrival_s, end_s, side="right")))
 
 
-MAX_ARRIVAL_S = 2.0 ** 33   # ~272 years; float64 still resolves ~2 us there
+MAX_ARRIVAL_S = 2.0 ** 33   # ~272 years; float64 still resolves 2**-19 s (~2 us) there
+
+
+def first_arrival_too_late(arrival_s) -> int | None:
+    """Index of the first arrival past MAX_ARRIVAL_S, where float time loses microseconds and
+    steps would take no time (a timestamp in the wrong unit, or a rate near zero); None if none."""
+    late = np.flatnonzero(np.asarray(arrival_s, dtype=np.float64) > MAX_ARRIVAL_S)
+    return int(late[0]) if late.size else None
 # (column name, factor to seconds)
 ARRIVAL_COLUMNS = (("arrival_s", 1.0), ("arrived_at", 1.0), ("arrival_time_ns", 1e-9))
 PROMPT_COLUMNS = ("input_toks", "num_prompt_tokens", "prompt", "num_prefill_tokens", "prompt_len")
@@ -232,13 +239,19 @@ def _table(path: str, rows: list[dict[str, Any]], columns: list[str]) -> Workloa
     for number, row in enumerate(rows, first_line):
         where = f"TraceArrivals.path: {path}:{number}"
         arrival.append(_arrival_s(row, arrival_col, where) * to_s)
-        _check_arrival_s(arrival[-1], arrival_col, where)
         prompt.append(parse_length(str(_cell(row, prompt_col, where)), f"{where} column {prompt_col}"))
         output.append(parse_length(str(_cell(row, output_col, where)), f"{where} column {output_col}"))
         if ids_col is not None:
             ids.append(_token_ids(row, ids_col, prompt[-1], where))
         if "priority" in columns:
             priority.append(_priority(row, where))
+    late = first_arrival_too_late(arrival)
+    if late is not None:
+        value = arrival[late]
+        raise ValueError(f"TraceArrivals.path: {path}:{late + first_line}: column {arrival_col} "
+                         f"value {value:g} s is not allowed; float times resolve only "
+                         f"{np.spacing(value):g} s there: must be <= {MAX_ARRIVAL_S:g} s "
+                         f"(a timestamp in another unit?)")
     order = np.argsort(np.asarray(arrival), kind="stable")  # non-monotone traces are sorted, stably
     return WorkloadTrace(
         np.asarray(arrival)[order], np.asarray(prompt)[order], np.asarray(output)[order],
@@ -262,15 +275,6 @@ def _arrival_s(row: dict[str, Any], column: str, where: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{where}: column {column} value {text!r} is not allowed; must be finite and >= 0")
     return value
-
-
-def _check_arrival_s(value: float, column: str, where: str) -> None:
-    """Arrival seconds large enough to lose microseconds (a timestamp in the wrong unit) would
-    run every step in zero time: refuse them."""
-    if value > MAX_ARRIVAL_S:
-        raise ValueError(f"{where}: column {column} value {value:g} s is not allowed; float times "
-                         f"resolve only {np.spacing(value):g} s there: must be <= {MAX_ARRIVAL_S:g} s "
-                         f"(a timestamp in another unit? see the accepted arrival columns)")
 
 
 def _priority(row: dict[str, Any], where: str) -> int:
