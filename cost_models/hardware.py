@@ -4,9 +4,10 @@ The catalog is a compact table derived from ``../shared/reference/gpu-specs.csv`
 figures, dense, without 2:4 sparsity) plus interconnect figures; every row names its sources and
 how firmly they are known in its ``source`` text.
 
-Memory sizes are read as GiB (``memory_gb x 2**30`` bytes): the marketing "80 GB" of an H100 is
-reported by ``torch.cuda.mem_get_info`` as 79.2 GiB, so GiB is within ~1% of what vLLM sizes its
-KV cache from, while decimal GB would be 7% short.
+Memory is given in the unit its field names. The catalog's ``memory_gib`` is binary: the "80 GB"
+of an H100 datasheet is 80 GiB of HBM (``torch.cuda.mem_get_info`` reports 79.2 GiB), so reading it
+as decimal GB would leave vLLM's KV cache 7% short. An inline spec says ``memory_gib`` (2**30 bytes)
+or ``memory_gb`` (10**9 bytes, as the name says), exactly one of them.
 """
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from pathlib import Path
 GiB = 2**30
 _GB_PER_S = 1e9
 _TFLOPS = 1e12
-_INLINE_REQUIRED = ("memory_gb", "memory_bandwidth_GBps", "bf16_tflops")
+_BYTES_PER_MEMORY_UNIT = {"memory_gib": GiB, "memory_gb": 10**9}
+_INLINE_REQUIRED = ("memory_bandwidth_GBps", "bf16_tflops")
 _INLINE_OPTIONAL = ("interconnect_GBps", "fp8_tflops", "name")
 # An inline spec without an interconnect figure is taken to sit on PCIe Gen4 x16, the weakest link
 # any listed part has, so a tensor-parallel estimate errs towards slow rather than fast.
@@ -48,7 +50,7 @@ def _catalog() -> tuple[tuple[HardwareSpec, ...], dict[str, str]]:
     for row in csv.DictReader(text.splitlines()):
         spec = HardwareSpec(
             name=row["name"],
-            memory_bytes=int(float(row["memory_gb"]) * GiB),
+            memory_bytes=int(float(row["memory_gib"]) * GiB),
             memory_bandwidth_Bps=float(row["memory_bandwidth_GBps"]) * _GB_PER_S,
             bf16_flops=float(row["bf16_tflops"]) * _TFLOPS,
             fp8_flops=float(row["fp8_tflops"]) * _TFLOPS if row["fp8_tflops"] else None,
@@ -77,7 +79,8 @@ def hardware_aliases() -> dict[str, str]:
 def load_hardware(name_or_spec: str | dict) -> HardwareSpec:
     """A preset name (case-insensitive, aliases accepted) or an inline spec dict.
 
-    Inline: ``{memory_gb, memory_bandwidth_GBps, bf16_tflops, interconnect_GBps?, fp8_tflops?, name?}``.
+    Inline: ``{memory_gib | memory_gb, memory_bandwidth_GBps, bf16_tflops, interconnect_GBps?,
+    fp8_tflops?, name?}``.
     """
     if isinstance(name_or_spec, dict):
         return _from_inline(name_or_spec)
@@ -91,10 +94,11 @@ def load_hardware(name_or_spec: str | dict) -> HardwareSpec:
 
 
 def _from_inline(spec: dict) -> HardwareSpec:
-    unknown = sorted(set(spec) - set(_INLINE_REQUIRED) - set(_INLINE_OPTIONAL))
+    allowed = (*_BYTES_PER_MEMORY_UNIT, *_INLINE_REQUIRED, *_INLINE_OPTIONAL)
+    unknown = sorted(set(spec) - set(allowed))
     if unknown:
-        allowed = ", ".join(_INLINE_REQUIRED + _INLINE_OPTIONAL)
-        raise ValueError(f"hardware.{unknown[0]}: unknown key in an inline spec (allowed: {allowed})")
+        raise ValueError(f"hardware.{unknown[0]}: unknown key in an inline spec "
+                         f"(allowed: {', '.join(allowed)})")
     for key in _INLINE_REQUIRED:
         if key not in spec:
             raise ValueError(f"hardware.{key}: required in an inline spec")
@@ -106,12 +110,22 @@ def _from_inline(spec: dict) -> HardwareSpec:
     fp8 = values.get("fp8_tflops")
     return HardwareSpec(
         name=name,
-        memory_bytes=int(values["memory_gb"] * GiB),
+        memory_bytes=_inline_memory_bytes(spec),
         memory_bandwidth_Bps=values["memory_bandwidth_GBps"] * _GB_PER_S,
         bf16_flops=values["bf16_tflops"] * _TFLOPS,
         fp8_flops=fp8 * _TFLOPS if fp8 is not None else None,
         interconnect_bandwidth_Bps=values.get("interconnect_GBps", _DEFAULT_INTERCONNECT_GBPS) * _GB_PER_S,
         source="inline spec from the scenario file")
+
+
+def _inline_memory_bytes(spec: dict) -> int:
+    """Bytes of the one memory field an inline spec gives, in the unit its name says."""
+    given = [key for key in _BYTES_PER_MEMORY_UNIT if key in spec]
+    if len(given) != 1:
+        what = "both given" if given else "required"
+        raise ValueError(f"hardware.memory_gib: {what}; give memory_gib (2**30 bytes) "
+                         f"or memory_gb (10**9 bytes), exactly one")
+    return int(_positive(given[0], spec[given[0]]) * _BYTES_PER_MEMORY_UNIT[given[0]])
 
 
 def _positive(key: str, value) -> float:

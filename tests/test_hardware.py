@@ -68,19 +68,27 @@ def test_unknown_name_raises_one_line_listing_presets():
 
 
 def test_inline_spec_converts_units():
-    hw = load_hardware({"memory_gb": 24, "memory_bandwidth_GBps": 1000, "bf16_tflops": 100,
+    hw = load_hardware({"memory_gib": 24, "memory_bandwidth_GBps": 1000, "bf16_tflops": 100,
                         "interconnect_GBps": 50, "name": "mygpu"})
     assert (hw.name, hw.memory_bytes, hw.memory_bandwidth_Bps, hw.bf16_flops, hw.fp8_flops,
             hw.interconnect_bandwidth_Bps) == ("mygpu", 24 * GiB, 1e12, 1e14, None, 50e9)
 
 
 def test_inline_spec_defaults_to_pcie_gen4_and_a_generic_name():
-    hw = load_hardware({"memory_gb": 24, "memory_bandwidth_GBps": 1000, "bf16_tflops": 100})
+    hw = load_hardware({"memory_gib": 24, "memory_bandwidth_GBps": 1000, "bf16_tflops": 100})
     assert (hw.name, hw.interconnect_bandwidth_Bps) == ("custom", 64e9)
 
 
+def test_inline_memory_is_read_in_the_unit_its_field_names():
+    """Issue 22: ``memory_gb`` was read as GiB; GB is 10**9 bytes, GiB 2**30."""
+    rest = {"memory_bandwidth_GBps": 1000, "bf16_tflops": 100}
+    assert load_hardware({"memory_gb": 80, **rest}).memory_bytes == 80 * 10**9
+    assert load_hardware({"memory_gib": 80, **rest}).memory_bytes == 80 * 2**30
+
+
 @pytest.mark.parametrize("spec, field", [
-    ({"memory_bandwidth_GBps": 1, "bf16_tflops": 1}, "hardware.memory_gb"),
+    ({"memory_bandwidth_GBps": 1, "bf16_tflops": 1}, "hardware.memory_gib"),
+    ({"memory_gb": 1, "memory_gib": 1, "memory_bandwidth_GBps": 1, "bf16_tflops": 1}, "hardware.memory_gib"),
     ({"memory_gb": 1, "memory_bandwidth_GBps": 1, "bf16_tflops": 1, "hbm": 3}, "hardware.hbm"),
     ({"memory_gb": -1, "memory_bandwidth_GBps": 1, "bf16_tflops": 1}, "hardware.memory_gb"),
     ({"memory_gb": 1, "memory_bandwidth_GBps": "fast", "bf16_tflops": 1}, "hardware.memory_bandwidth_GBps"),

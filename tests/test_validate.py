@@ -181,7 +181,7 @@ def test_rebuilt_llmservingsim_scenario_validates_with_exactly_the_measured_requ
 def test_rebuilt_bench_scenario_copies_the_cpu_engine_and_can_close_the_loop(tmp_path):
     run = load_vllm_bench(CPU / "run2_c4_n64_in256_out128.json")
     options = RebuildOptions({"kind": "profiled", "profile": "cpu-tiny-llama-vllm"},
-                             {"memory_gb": 16, "memory_bandwidth_GBps": 20, "bf16_tflops": 1}, "tiny-llama",
+                             {"memory_gib": 16, "memory_bandwidth_GBps": 20, "bf16_tflops": 1}, "tiny-llama",
                              arrivals="closed-loop")
     raw, _ = rebuild_scenario(run, options, write_trace(run, tmp_path / "trace.jsonl", "closed-loop"))
     prepared = prepare(validate_scenario(raw))

@@ -35,7 +35,7 @@ from simulator.validate.measured import MeasuredRun
 TRACE_FILE = "trace.jsonl"
 SCHEDULER_NAME = "simulated"
 # A CPU engine has no GPU to size: blocks are given, so only the placeholder's existence matters.
-CPU_HARDWARE = {"name": "cpu", "memory_gb": 16, "memory_bandwidth_GBps": 20, "bf16_tflops": 1}
+CPU_HARDWARE = {"name": "cpu", "memory_gib": 16, "memory_bandwidth_GBps": 20, "bf16_tflops": 1}
 # Async scheduling became vLLM's default with PR #27614 (late 2025, semantics §1.6). The release
 # boundary is our assumption, not checked against release notes: the first release after it.
 _ASYNC_DEFAULT_SINCE = (0, 12)
