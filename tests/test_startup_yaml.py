@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from simulator.scenario import ScenarioError
-from simulator.scenario.file import _FastStrictLoader, _StrictLoader, parse_yaml
+from simulator.scenario.file import MAX_EXPANDED_VALUES, _FastStrictLoader, _StrictLoader, parse_yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 needs_libyaml = pytest.mark.skipif(_FastStrictLoader is None, reason="PyYAML built without libyaml")
@@ -94,10 +94,41 @@ def test_deep_nesting_is_refused_in_one_line(text):
     assert str(error.value) == "f.yaml: nested deeper than 32 levels; a scenario needs about six"
 
 
-def test_shared_aliases_are_walked_once():
-    # Nine levels of nine aliases name 9**9 lists; the depth walk visits each object once.
-    lines = ["l0: &l0 [1, 2]"] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]
-    assert len(parse_yaml("\n".join(lines), "f.yaml")) == 10
+def _alias_levels(levels: int, fan_out: int) -> tuple[str, int]:
+    """YAML of ``levels`` lists, each holding ``fan_out`` aliases of the one before, and how many
+    values it holds with every alias expanded (a list counts itself and its items)."""
+    lines = ["l0: &l0 [1, 2]"] + [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * fan_out)}]"
+                                  for i in range(1, levels + 1)]
+    sizes = [3]
+    for _ in range(levels):
+        sizes.append(1 + fan_out * sizes[-1])
+    return "\n".join(lines), 1 + sum(sizes)
+
+
+def test_shared_aliases_within_the_expansion_limit_are_read():
+    text, num_values = _alias_levels(3, 9)
+    assert num_values < MAX_EXPANDED_VALUES
+    assert len(parse_yaml(text, "f.yaml")) == 4
+
+
+def test_an_alias_bomb_is_refused_from_its_size_not_its_expansion():
+    # Issue 22: YAML alias bombs ran for minutes. Nine levels of nine aliases name 9**9 lists;
+    # the walk visits each shared object once, so the refusal is immediate.
+    import time
+    text, num_values = _alias_levels(9, 9)
+    started_s = time.perf_counter()
+    with pytest.raises(ScenarioError) as error:
+        parse_yaml(text, "f.yaml")
+    assert time.perf_counter() - started_s < 1.0
+    assert str(error.value) == (f"f.yaml: {num_values} values once its aliases are expanded; a "
+                                f"scenario has at most {MAX_EXPANDED_VALUES} (long tables belong "
+                                f"in a trace file)")
+
+
+def test_a_long_flat_list_is_refused():
+    text = "extra: [" + ", ".join(["1"] * MAX_EXPANDED_VALUES) + "]"
+    with pytest.raises(ScenarioError, match=f"{MAX_EXPANDED_VALUES + 2} values"):
+        parse_yaml(text, "f.yaml")
 
 
 def test_a_file_that_is_not_regular_or_too_large_is_refused_before_reading(tmp_path):

@@ -68,6 +68,9 @@ def _load_yaml(text: str):
 
 MAX_DEPTH = 32   # a scenario nests about six deep; deeper YAML is a mistake, or an attack
 MAX_FILE_BYTES = 1 << 20   # shipped scenarios are a few kB
+# Values with every alias expanded, as validation walks them: a shipped scenario has a few
+# hundred, and a "billion laughs" file of a few hundred bytes would have billions.
+MAX_EXPANDED_VALUES = 100_000
 
 
 def parse_yaml(text: str, where: str):
@@ -84,36 +87,45 @@ def parse_yaml(text: str, where: str):
         if isinstance(exc, _DuplicateKey):
             raise ScenarioError(f"{where}:{line}: {problem}; give each key once") from None
         raise ScenarioError(f"{where}:{line} is not valid YAML ({problem})") from None
-    if isinstance(value, (dict, list)) and _depth(value) > MAX_DEPTH:
-        raise ScenarioError(f"{where}: nested deeper than {MAX_DEPTH} levels; a scenario needs "
-                            f"about six")
+    if isinstance(value, (dict, list)):
+        depth, num_values = _shape(value)
+        if depth > MAX_DEPTH:
+            raise ScenarioError(f"{where}: nested deeper than {MAX_DEPTH} levels; a scenario "
+                                f"needs about six")
+        if num_values > MAX_EXPANDED_VALUES:
+            raise ScenarioError(f"{where}: {num_values} values once its aliases are expanded; a "
+                                f"scenario has at most {MAX_EXPANDED_VALUES} (long tables belong "
+                                f"in a trace file)")
     return value
 
 
-def _depth(value) -> int:
-    """How deeply lists and mappings nest in ``value`` (a shared alias counted once; a structure
-    that contains itself is endlessly deep), walked without recursion."""
-    heights: dict[int, int] = {}
+def _shape(value) -> tuple[int, int]:
+    """How deeply lists and mappings nest in ``value``, and how many values it holds with every
+    alias expanded: each shared node is walked once, so a file of aliases of aliases costs its
+    size, not its expansion. A structure that contains itself is endlessly deep."""
+    shapes: dict[int, tuple[int, int]] = {}
     open_ids: set[int] = set()
     stack = [(value, False)]
     while stack:
         node, children_done = stack.pop()
-        if id(node) in heights:
+        if id(node) in shapes:
             continue
-        children = [c for c in (node.values() if isinstance(node, dict) else node)
-                    if isinstance(c, (dict, list))]
+        items = list(node.values() if isinstance(node, dict) else node)
+        children = [c for c in items if isinstance(c, (dict, list))]
         if children_done:
             open_ids.discard(id(node))
-            heights[id(node)] = 1 + max((heights[id(c)] for c in children), default=0)
-            if heights[id(node)] > MAX_DEPTH:
-                return heights[id(node)]
+            depth = 1 + max((shapes[id(c)][0] for c in children), default=0)
+            size = len(items) - len(children) + sum(shapes[id(c)][1] for c in children)
+            shapes[id(node)] = (depth, 1 + size)
+            if depth > MAX_DEPTH:
+                return shapes[id(node)]
             continue
         if any(id(c) in open_ids for c in children) or id(node) in open_ids:
-            return MAX_DEPTH + 1   # an alias inside itself
+            return MAX_DEPTH + 1, 0   # an alias inside itself
         open_ids.add(id(node))
         stack.append((node, True))
-        stack.extend((c, False) for c in children if id(c) not in heights)
-    return heights.get(id(value), 0)
+        stack.extend((c, False) for c in children if id(c) not in shapes)
+    return shapes[id(value)]
 
 
 def read_raw_scenario(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> dict:
