@@ -120,3 +120,27 @@ def test_a_long_run_folds_windows_its_figures_agree_and_its_memory_stays_bounded
     assert len(kept["end_s"]) < n / 2                              # plot rows, not every step
     assert np.all(np.diff(kept["end_s"]) > 0)                      # in time order
     assert kept["num_running"].max() == max(r[7] for r in rows)    # the peaks stay
+
+
+def test_folded_windows_are_thinned_again_so_plot_rows_stay_bounded(monkeypatch):
+    # Issue 22: time series at a bounded resolution whatever the run's length.
+    import simulator.results.step_table as step_table
+    monkeypatch.setattr(step_table, "WINDOW_ROWS", 256)
+    monkeypatch.setattr(step_table, "WINDOW_POINTS", 8)
+    monkeypatch.setattr(step_table, "MAX_PLOT_ROWS", 64)
+    rng = np.random.default_rng(5)
+    table = StepTable(sink=Sink(), chunk_rows=128)
+    peak_running, kept_sizes = 0, []
+    for window in range(40):
+        for i in range(256):
+            end_s = window * 256 + i + 1.0
+            running = int(rng.integers(1, 1000))
+            peak_running = max(peak_running, running)
+            table.append(end_s - 0.5, end_s, 1, 0, 1, 1, 0, running, 0, 0.5, 0)
+        kept_sizes.append(sum(len(d["end_s"]) for d in table._decimated))
+    assert max(kept_sizes) <= 64                      # thinned whenever past MAX_PLOT_ROWS
+    assert kept_sizes[-1] > 0
+    kept = table.to_columns()
+    assert np.all(np.diff(kept["end_s"]) > 0)
+    assert kept["num_running"].max() == peak_running   # the run's peak survives the thinning
+    assert kept["end_s"][0] == 1.0                    # and so does its first step

@@ -6,7 +6,8 @@ typed arrays and go to the sink (steps.csv or .parquet). Without a sink the tabl
 column. With one it keeps the series the summary and the plots read (STEP_SERIES) for a window of
 up to ``WINDOW_ROWS`` steps; a full window is folded into the summary's sums and kept, for the
 plots, as its rows at each series' lowest and highest points per time bucket (and its steps that
-preempted): memory stays bounded however long the run. A run within one window gets its figures
+preempted); once the folded windows' rows pass ``MAX_PLOT_ROWS`` they are thinned the same way
+over the whole run, so memory stays bounded however long the run. A run within one window gets its figures
 from its whole arrays, as ever; a longer one adds its windows' sums in turn, so its time-weighted
 means can differ from one whole-array sum in the last digits.
 """
@@ -20,6 +21,7 @@ from simulator.results.decimate import envelope, thin_events
 CHUNK_ROWS = 65_536
 WINDOW_ROWS = 1 << 20
 WINDOW_POINTS = 4_096   # rows a folded window keeps per series for the plots
+MAX_PLOT_ROWS = 16 * WINDOW_POINTS   # folded windows' rows kept before thinning them again
 _END_S = STEP_COLUMNS.index("end_s")   # the column whose length is the buffered row count
 
 
@@ -114,6 +116,8 @@ class StepTable:
         window = self._window()
         self._folded.append(_sums(window))
         self._decimated.append(_plot_rows(window))
+        if sum(len(d["end_s"]) for d in self._decimated) > MAX_PLOT_ROWS:
+            self._decimated = [_plot_rows(_concatenate(self._decimated))]
         self._chunks = []
 
     def stats(self) -> dict:
@@ -141,8 +145,7 @@ class StepTable:
         window = self._window()
         if not self._decimated:
             return window
-        return {name: np.concatenate([*(d[name] for d in self._decimated), window[name]])
-                for name in self._kept}
+        return _concatenate([*self._decimated, window])
 
     @classmethod
     def from_columns(cls, columns) -> "StepTable":
@@ -154,6 +157,11 @@ class StepTable:
         table._chunks = [{name: np.asarray(columns[name], STEP_DTYPES[name]) for name in STEP_COLUMNS}]
         table._num_flushed = len(table._chunks[0]["end_s"])
         return table
+
+
+def _concatenate(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Row sets of the same columns, one after another (in time order)."""
+    return {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
 
 
 def _compact(column: np.ndarray) -> np.ndarray:
