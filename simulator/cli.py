@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from simulator.commands.common import (EXIT_USER_ERROR, fail, scenario_arguments,  # noqa: F401 (tests import EXIT_USER_ERROR here)
-                                  scheduler_option)
+from simulator.commands.common import (EXIT_USER_ERROR, fail, max_memory_option,  # noqa: F401 (tests import EXIT_USER_ERROR here)
+                                       scenario_arguments, scheduler_option)
 
 
 class LazyGroup(click.Group):
@@ -50,8 +50,10 @@ def main() -> None:
 @click.option("--no-plots", is_flag=True, help="Skip the overview plot.")
 @click.option("--format", "file_format", type=click.Choice(["csv", "parquet"]), default="csv",
               show_default=True, help="Format of requests and steps (parquet for large runs).")
+@max_memory_option
 def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
-        schedulers: tuple[str, ...], no_plots: bool, file_format: str) -> None:
+        schedulers: tuple[str, ...], no_plots: bool, file_format: str,
+        max_memory_gb: float | None) -> None:
     """Run every scheduler of SCENARIO_FILE (or those --scheduler names) on the same workload
     and write results."""
     # Before numpy loads: OpenBLAS would start a thread per core for a simulation that does no
@@ -63,7 +65,8 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
     from simulator.scenario import ScenarioError
     try:
         run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots,
-                                    schedulers=schedulers, file_format=file_format)
+                          schedulers=schedulers, file_format=file_format,
+                          max_memory_gb=max_memory_gb)
     except (ScenarioError, NoProgressError) as exc:
         fail(str(exc))
 

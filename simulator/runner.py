@@ -15,7 +15,8 @@ from simulator.policies.defaults import default_max_num_batched_tokens, default_
 from simulator.engine.simulation import Simulation, SimulationResult
 from simulator.kv.block_pool import KVCache
 from simulator.results.files import ResultFolder
-from simulator.results.footprint import check_blocks_fit_memory, check_requests_fit_memory
+from simulator.results.footprint import (MemoryLimit, check_blocks_fit_memory, check_requests_fit_memory,
+                                         check_run_fits_memory)
 from simulator.results.request_table import RequestTable
 from simulator.results.step_table import StepTable
 from simulator.results.summary import summarize
@@ -47,12 +48,15 @@ class Prepared:
     runs: list[PreparedRun]
 
 
-def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
+def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
+            max_memory_gb: float | None = None) -> Prepared:
     """Resolve catalogs, KV capacity and the workload; raise ScenarioError for impossible setups.
 
     ``schedulers``: the labels to prepare (default: every scheduler of the file), in file order.
+    ``max_memory_gb``: the memory a run may take (default: what this machine has available).
     """
     options = select_schedulers(scenario, schedulers)
+    limit = MemoryLimit.of(max_memory_gb)
     try:
         model, hardware = _model(scenario), load_hardware(scenario.hardware)
         tp = scenario.engine.tensor_parallel_size
@@ -63,9 +67,11 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = ()) -> Prepared:
         for run in runs:
             pool = run.scheduler_cls.kv_cache_class(run.options)
             check_blocks_fit_memory(run.num_gpu_blocks, pool.TABLE_BYTES_PER_BLOCK, run.label,
-                                    scenario.engine.num_replicas)
-        check_requests_fit_memory(*_requests_asked(scenario.workload))
+                                    scenario.engine.num_replicas, limit)
+        check_requests_fit_memory(*_requests_asked(scenario.workload), limit)
         trace = generate_seeded_workload(scenario.workload, scenario.seed)
+        check_run_fits_memory(len(trace), trace.max_output_tokens,
+                              scenario.metrics.record_itl_gaps, limit)
         prepared = Prepared(scenario, model, hardware, cost, trace, runs)
         for run in runs:
             check_requests_fit(prepared, run)

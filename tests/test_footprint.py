@@ -74,3 +74,54 @@ def test_every_replica_holds_its_own_block_table(monkeypatch):
     with pytest.raises(ValueError, match=r"engine.num_gpu_blocks: 1000 x 5 replicas needs at least "
                                          r"0.00038 GB for vllm_v1's prefix-cache block table"):
         footprint.check_blocks_fit_memory(1000, 76, "vllm_v1", num_replicas=5)
+
+
+def test_the_limit_is_max_memory_gb_when_given_else_what_is_available(monkeypatch):
+    monkeypatch.setattr(footprint, "available_bytes", lambda: 3_000_000_000)
+    assert footprint.MemoryLimit.of(0.5) == footprint.MemoryLimit(500_000_000, "--max-memory-gb is 0.5")
+    assert footprint.MemoryLimit.of() == footprint.MemoryLimit(3_000_000_000,
+                                                               "this machine has 3 GB available")
+
+
+def _need_bytes(num_requests: int, output_tokens: int, keep_gaps: bool) -> int:
+    """The drawn workload's bytes as check_run_fits_memory counts them, worked by hand."""
+    gaps = num_requests * (output_tokens - 1) if keep_gaps else 0
+    return (num_requests * footprint.BYTES_PER_REQUEST + output_tokens * footprint.STEP_ROW_BYTES
+            + gaps * footprint.BYTES_PER_GAP)
+
+
+def test_kept_inter_token_gaps_that_tip_the_limit_name_record_itl_gaps():
+    import numpy as np
+    outputs = np.full(10, 5)
+    need = _need_bytes(10, 5, keep_gaps=True)
+    assert need == 10 * 144 + 5 * footprint.STEP_ROW_BYTES + 40 * 40
+    fits, short = footprint.MemoryLimit(need, "limit"), footprint.MemoryLimit(need - 1, "limit")
+    footprint.check_run_fits_memory(10, outputs, True, fits)
+    footprint.check_run_fits_memory(10, outputs, False, short)   # without gaps it fits
+    with pytest.raises(ValueError) as error:
+        footprint.check_run_fits_memory(10, outputs, True, short)
+    assert str(error.value).startswith(
+        f"metrics.record_itl_gaps: true keeps up to 40 inter-token gaps (40 bytes each), "
+        f"{need / 1e9:.3g} GB with the request columns and step log; limit; set it to false")
+    with pytest.raises(ValueError, match="workload: 10 requests need at least"):
+        footprint.check_run_fits_memory(10, outputs, False, footprint.MemoryLimit(100, "limit"))
+
+
+def test_max_memory_gb_refuses_a_run_before_any_folder(tmp_path):
+    from click.testing import CliRunner
+
+    from simulator.cli import main
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "name: s\nmodel: tiny-llama\nhardware: a100-80gb\ncost_model: {kind: unit}\n"
+        "engine: {num_gpu_blocks: 64, max_model_len: 256}\n"
+        "workload: {arrival: {kind: inf}, prompt_len: {kind: fixed, value: 16},\n"
+        "           output_len: {kind: fixed, value: 100}, num_requests: 50}\n"
+        "schedulers: [{preset: orca}]\n")
+    need_gb = _need_bytes(50, 100, keep_gaps=True) / 1e9
+    out = tmp_path / "out"
+    args = ["run", str(scenario), "--no-plots", "-o", str(out), "--max-memory-gb"]
+    result = CliRunner().invoke(main, [*args, f"{need_gb * 0.99:.9f}"])
+    assert result.exit_code == 2 and not out.exists()
+    assert "error: metrics.record_itl_gaps: true keeps up to 4950 inter-token gaps" in result.output
+    assert CliRunner().invoke(main, [*args, f"{need_gb * 1.01:.9f}"]).exit_code == 0

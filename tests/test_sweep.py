@@ -167,9 +167,9 @@ def test_each_point_and_seed_is_generated_once_and_shared_by_its_schedulers(tmp_
     prepared_scenarios = []
     real_prepare = execute.prepare
 
-    def counting_prepare(scenario):
+    def counting_prepare(scenario, **kwargs):
         prepared_scenarios.append((scenario.workload.arrival.rate, scenario.seed))
-        return real_prepare(scenario)
+        return real_prepare(scenario, **kwargs)
     monkeypatch.setattr(execute, "prepare", counting_prepare)
     quiet_sweep(tiny(), tmp_path)
     assert prepared_scenarios == [(2.0, 0), (2.0, 1), (4.0, 0), (4.0, 1), (8.0, 0), (8.0, 1)]

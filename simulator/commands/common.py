@@ -32,3 +32,11 @@ def scheduler_option(command):
     return click.option("--scheduler", "schedulers", multiple=True, metavar="NAME",
                         help="Only this scheduler of the file (its name or preset; repeatable; "
                              "default: all).")(command)
+
+
+def max_memory_option(command):
+    """--max-memory-gb: the memory a run may take, checked before it starts (default: what this
+    machine has available)."""
+    return click.option("--max-memory-gb", type=click.FloatRange(min=0, min_open=True),
+                        metavar="GB", help="Refuse a run estimated to need more than this many "
+                                           "GB (default: the memory available).")(command)

@@ -20,11 +20,13 @@ TABLE_COLUMNS = (  # (header, summary key, format)
 
 
 def run_scenario_file(path: Path, out_dir: Path | None, overrides, plots: bool = True,
-                      schedulers: tuple[str, ...] = (), file_format: str = "csv") -> list:
+                      schedulers: tuple[str, ...] = (), file_format: str = "csv",
+                      max_memory_gb: float | None = None) -> list:
     """The whole of `servesim run`: the file's scenario, validated and prepared (every impossible
     setup fails before any output), then ``run_prepared``. ``schedulers``: labels to run (default:
     all of the file's, in file order)."""
-    return run_prepared(prepare(load_scenario(path, overrides), schedulers), out_dir, plots, file_format)
+    prepared = prepare(load_scenario(path, overrides), schedulers, max_memory_gb)
+    return run_prepared(prepared, out_dir, plots, file_format)
 
 
 def run_prepared(prepared: Prepared, out_dir: Path | None, plots: bool = True,

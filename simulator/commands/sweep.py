@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from simulator.commands.common import fail, scenario_arguments
+from simulator.commands.common import fail, max_memory_option, scenario_arguments
 from simulator.sweep.backends import BACKENDS
 
 
@@ -26,8 +26,10 @@ def backend_options(command):
 @click.option("--restart", is_flag=True, help="Discard the rows already in sweep.csv and rerun all.")
 @click.option("--no-plots", is_flag=True, help="Skip the plots.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@max_memory_option
 def sweep(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...], workers: int | None,
-          backend: str, address: str | None, restart: bool, no_plots: bool, no_progress: bool) -> None:
+          backend: str, address: str | None, restart: bool, no_plots: bool, no_progress: bool,
+          max_memory_gb: float | None) -> None:
     """Run every (scheduler x sweep point x seed) of SCENARIO_FILE into sweep.csv.
 
     Runs already in sweep.csv are skipped, so an interrupted sweep resumes where it stopped.
@@ -41,7 +43,8 @@ def sweep(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
         plan = load_plan(scenario_file, overrides)
         out_dir = out_dir or Path("results") / plan.name
         outcome = run_sweep(plan, out_dir, backend=backend, workers=workers, address=address,
-                            restart=restart, progress=not no_progress, log=click.echo)
+                            restart=restart, progress=not no_progress, log=click.echo,
+                            max_memory_gb=max_memory_gb)
     except (ScenarioError, BackendError, SweepFileError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:

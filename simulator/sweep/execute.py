@@ -50,7 +50,8 @@ def make_row(run: PlannedRun, result: dict) -> dict[str, Any]:
 
 def run_sweep(plan: SweepPlan, out_dir: Path, *, backend: str = "local", workers: int | None = None,
               address: str | None = None, restart: bool = False, progress: bool = True,
-              log: Callable[[str], None] = print) -> SweepOutcome:
+              log: Callable[[str], None] = print,
+              max_memory_gb: float | None = None) -> SweepOutcome:
     out_dir = Path(out_dir)
     table = SweepTable(out_dir / SWEEP_CSV, (*KEY_COLUMNS, *plan.param_keys))
     done = {} if restart else table.load()
@@ -59,7 +60,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, *, backend: str = "local", workers
     num_pending = sum(r.run_key not in done for w in pending for r in w.runs)
     log(f"{plan.name}: {len(plan.runs)} runs ({_shape(plan)}); {len(plan.runs) - num_pending} "
         f"already in {table.path}, {num_pending} to run")
-    prepared = [_prepare(w) for w in pending]   # every point checked before any run
+    prepared = [_prepare(w, max_memory_gb) for w in pending]   # every point checked before any run
     if restart or not table.path.exists():
         table.rewrite([])
     _write_meta(plan, out_dir)
@@ -89,9 +90,9 @@ def _execute(plan, table, pending, prepared, done, backend, workers, address, pr
                 bar.update()
 
 
-def _prepare(workload: PlannedWorkload):
+def _prepare(workload: PlannedWorkload, max_memory_gb: float | None = None):
     try:
-        return prepare(workload.scenario)
+        return prepare(workload.scenario, max_memory_gb=max_memory_gb)
     except ScenarioError as exc:
         where = ", ".join(f"{k}={v!r}" for k, v in (*workload.params, ("seed", workload.seed)))
         raise ScenarioError(f"sweep point ({where}): {exc}") from None
