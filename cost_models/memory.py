@@ -122,7 +122,7 @@ def num_gpu_blocks(model: ModelSpec, hardware: HardwareSpec, tensor_parallel_siz
 def _check_engine(util: float, block_size: int, max_num_batched_tokens: int,
                   max_num_seqs: int) -> None:
     if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
-        raise ValueError(f"engine.gpu_memory_utilization: {util!r} is not in (0, 1]")
+        raise ValueError(f"engine.gpu_memory_utilization: {util!r} must be a number in (0, 1]")
     for field, value in (("block_size", block_size), ("max_num_batched_tokens", max_num_batched_tokens),
                          ("max_num_seqs", max_num_seqs)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -53,7 +53,7 @@ class RooflineCostModel:
         for name in ("compute_efficiency", "bandwidth_efficiency"):
             value = getattr(self, name)
             if not _is_number(value) or not 0 < value <= 1:
-                raise ValueError(f"cost_model.{name}: {value!r} is not in (0, 1]")
+                raise ValueError(f"cost_model.{name}: {value!r} must be a number in (0, 1]")
         for name in ("step_overhead_s", "allreduce_latency_s"):
             value = getattr(self, name)
             if not _is_number(value) or value < 0:
