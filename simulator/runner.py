@@ -122,9 +122,18 @@ def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, o
         default_max_num_batched_tokens=default_max_num_batched_tokens(hardware, engine.entrypoint))
     cls = get_preset(options.preset).cls.resolve_class(options)
     probe = cls(options, KVCache(2, engine.block_size), context)  # resolves defaults, checks config
-    blocks = engine.num_gpu_blocks or num_gpu_blocks(
-        model, hardware, engine.tensor_parallel_size, engine.gpu_memory_utilization,
-        engine.block_size, probe.options.max_num_batched_tokens, probe.options.max_num_seqs)
+    try:
+        memory_blocks = num_gpu_blocks(
+            model, hardware, engine.tensor_parallel_size, engine.gpu_memory_utilization,
+            engine.block_size, probe.options.max_num_batched_tokens, probe.options.max_num_seqs)
+    except ValueError:
+        if engine.num_gpu_blocks is None:
+            raise
+        memory_blocks = None   # given blocks on hardware that cannot hold the model: a what-if
+    if memory_blocks is not None:
+        probe.check_pool_holds_max_model_len(
+            memory_blocks, f"{engine.gpu_memory_utilization:g} of {hardware.name}'s memory holds")
+    blocks = engine.num_gpu_blocks or memory_blocks
     return PreparedRun(options.label, probe.options, cls, blocks, context)
 
 

@@ -18,6 +18,7 @@ class KVCache:
         if block_size <= 0:
             raise ValueError(f"engine.block_size: {block_size} must be a positive integer")
         # vLLM V1 keeps block 0 as a null block (rule 2.1): the pool is num_gpu_blocks - 1.
+        self.num_gpu_blocks = num_gpu_blocks
         self.num_total_blocks = num_gpu_blocks - 1 if reserve_null_block else num_gpu_blocks
         if self.num_total_blocks <= 0:
             raise ValueError(f"engine.num_gpu_blocks: {num_gpu_blocks} leaves no usable KV block")
@@ -103,9 +104,8 @@ class KVCache:
         return self.blocks_needed(request, total_tokens)
 
     def record_admission(self, request: Request, num_hit_tokens: int) -> None:
-        """Prefix-cache metrics as vLLM counts them at admission: queries = num_tokens, hits."""
-        self.num_queries_tokens += request.num_tokens
-        self.num_hit_tokens += num_hit_tokens
+        """Prefix-cache metrics (queries = num_tokens, hits) as vLLM counts them at admission:
+        not at all without prefix caching (PrefixCachingKVCache counts)."""
 
     def check_invariants(self) -> None:
         held = sum(self._num_blocks.values())

@@ -1,11 +1,13 @@
 """vLLM V1 automatic prefix caching over the paged KV cache (semantics §2.1, §2.2, §2.4).
 
-Blocks have identities here: a free queue in LRU order (allocation pops the head, freeing appends
-to the tail, so the least recently freed block is evicted first), a reference count per block and
-the hash of every full block. A full block's hash chains its parent's hash with its tokens, so a
-hit means the whole prefix up to that block is identical. Generated tokens are not simulated as
-ids: their blocks get keys unique to the request, so only the request itself (after a
-preemption) can hit them.
+Blocks have identities here: a free queue in LRU order (allocation pops the head; a request frees
+its blocks tail first, full blocks to the queue's tail and blocks without a hash to its head, so
+they are reused first and cached blocks evicted last), a reference count per block and the hash
+of every full block. A full block's hash chains its parent's hash with its tokens, so a hit means
+the whole prefix up to that block is identical. Every copy of a hash is kept (vLLM does not
+deduplicate), and a lookup takes the first. Generated tokens are hashed too, from deterministic
+answer ids (simulator/kv/block_hashes.py). A request without prompt token ids is unlike any
+other: its full blocks get keys of its own, so only it (after a preemption) can hit them.
 
 Until some block is about to carry a hash or such a key, every block is like every other: which
 one a request takes evicts nothing and decides nothing later. So the cache starts by counting
@@ -21,6 +23,7 @@ from collections import OrderedDict
 
 from simulator.core import rules
 from simulator.core.request import Request, RequestStatus
+from simulator.kv.block_hashes import BlockHashes
 from simulator.kv.block_pool import KVCache
 
 
@@ -38,9 +41,9 @@ class PrefixCachingKVCache(KVCache):
         self._ref = [0] * n
         self._block_hash: list[int | None] = [None] * n
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(n))
-        self._by_hash: dict[int, int] = {}
+        self._by_hash: dict[int, dict[int, None]] = {}   # hash -> its blocks, first cached first
         self._blocks: dict[Request, list[int]] = {}
-        self._hashes: dict[Request, list[int]] = {}      # chain hashes of full blocks, computed lazily
+        self._hashes = BlockHashes(block_size)            # chain hashes of full blocks, lazily
         self._registered: dict[Request, int] = {}        # how many of its blocks are hashed
         self._hits: dict[Request, list[int]] = {}        # blocks found by the last lookup
         # Blocks only their own (preempted) request can hit: request -> {block index: block}.
@@ -53,31 +56,26 @@ class PrefixCachingKVCache(KVCache):
 
     # -- hashing ------------------------------------------------------------------------------
     def _num_shareable(self, request: Request) -> int:
-        """Leading blocks made only of known prompt token ids: other requests can hit these."""
-        ids = request.prompt_token_ids
-        return len(ids) // self.block_size if ids is not None else 0
+        """Leading full blocks of known token ids: other requests can hit these."""
+        return self._hashes.num_hashable(request)
 
-    def _hash_of(self, request: Request, index: int) -> int:
-        hashes = self._hashes.setdefault(request, [])
-        ids, bs = request.prompt_token_ids, self.block_size
-        while len(hashes) <= index:
-            parent = hashes[-1] if hashes else None
-            i = len(hashes)
-            hashes.append(hash((parent, tuple(ids[i * bs:(i + 1) * bs]))))
-        return hashes[index]
+    def _cached_block(self, block_hash: int) -> int | None:
+        """The first cached copy of a hash (get_cached_block), or None."""
+        copies = self._by_hash.get(block_hash)
+        return next(iter(copies)) if copies else None
 
     # -- lookup at admission (rule 2.4) ---------------------------------------------------------
     def lookup_prefix(self, request: Request) -> int:
         """Tokens of the longest cached prefix; at least the last token is always recomputed."""
         if self._counting:
-            if request.prompt_token_ids is None or not self._num_shareable(request):
+            if not self._num_shareable(request):
                 return 0   # nothing is cached under a hash or a key yet
             self._assign_ids()
         hits = []
         shareable, own = self._num_shareable(request), self._own.get(request, {})
         for index in range((request.num_tokens - 1) // self.block_size):
             if index < shareable:
-                block = self._by_hash.get(self._hash_of(request, index))
+                block = self._cached_block(self._hashes.hash_of(request, index))
             else:
                 block = own.get(index)
             if block is None:
@@ -108,9 +106,9 @@ class PrefixCachingKVCache(KVCache):
 
     def _grow(self, request: Request, total: int, headroom: int, num_hit_tokens: int) -> bool:
         if self._counting:
-            if not self._num_shareable(request):
+            if not self._hashes.knows_tokens(request):
                 return self._grow_counted(request, total, headroom)
-            self._assign_ids()   # its full prompt blocks get hashes: identities matter from now
+            self._assign_ids()   # its full blocks get hashes: identities matter from now
         held = self._blocks.get(request)
         if held and not num_hit_tokens:
             return self._grow_held(request, held, total, headroom)
@@ -157,8 +155,10 @@ class PrefixCachingKVCache(KVCache):
         for _ in range(num_new):
             block, _ = free.popitem(last=False)
             old = block_hash[block]
-            if old is not None:                  # eviction: the cached content is overwritten
-                if by_hash.get(old) == block:
+            if old is not None:                  # eviction: this copy's content is overwritten
+                copies = by_hash[old]
+                del copies[block]
+                if not copies:
                     del by_hash[old]
                 block_hash[block] = None
             tag = own_tag[block]
@@ -175,15 +175,15 @@ class PrefixCachingKVCache(KVCache):
         done = self._registered.get(request, 0)
         full = min(num_tokens // self.block_size, len(blocks))
         for index in range(done, min(full, self._num_shareable(request))):
-            h = self._hash_of(request, index)
-            if h not in self._by_hash:
-                self._by_hash[h] = blocks[index]
-                self._block_hash[blocks[index]] = h
+            h = self._hashes.hash_of(request, index)
+            self._by_hash.setdefault(h, {})[blocks[index]] = None   # duplicates kept, in order
+            self._block_hash[blocks[index]] = h
         self._registered[request] = max(done, full)
 
     def free(self, request: Request) -> None:
-        """Blocks go to the free queue's tail in reverse order (the prefix is evicted last);
-        they keep their hashes, so a quick resume or a sibling request can still hit them."""
+        """Blocks are freed tail first: full ones to the free queue's tail (the prefix is evicted
+        last), keeping their hashes so a quick resume or a sibling request can still hit them;
+        those without a hash to its head, reused first (free_blocks)."""
         if self._counting:
             keeps_keys = (request.status is not RequestStatus.FINISHED
                           and self._registered.get(request, 0) > self._num_shareable(request))
@@ -200,16 +200,35 @@ class PrefixCachingKVCache(KVCache):
                 self._own_tag[blocks[index]] = (request, index)
         else:
             self._own.pop(request, None)
-        for b in reversed(blocks):
-            self._ref[b] -= 1
-            if self._ref[b] == 0:
-                self._free[b] = None
+        self._release(blocks, self._registered.get(request, 0))
         self._num_blocks.pop(request, None)
         self._registered.pop(request, None)
         self._hits.pop(request, None)
         if request.status is RequestStatus.FINISHED:
-            self._hashes.pop(request, None)
+            self._hashes.forget(request)
         self.num_free_blocks = len(self._free)
+
+    def _release(self, blocks: list[int], num_full: int) -> None:
+        """Its first ``num_full`` blocks were full (vLLM hashed them); the rest had no hash."""
+        free, ref, unhashed = self._free, self._ref, []
+        for index in range(len(blocks) - 1, -1, -1):
+            b = blocks[index]
+            ref[b] -= 1
+            if ref[b] == 0:
+                if index < num_full:
+                    free[b] = None
+                else:
+                    unhashed.append(b)
+        for b in reversed(unhashed):   # prepend_n: the first freed ends at the head
+            free[b] = None
+            free.move_to_end(b, last=False)
+
+    def record_admission(self, request: Request, num_hit_tokens: int) -> None:
+        """vLLM counts a lookup once, at first admission: a resumed request's lookup goes to its
+        preempted-request statistics, not to prefix_cache_queries/hits."""
+        if request.num_preemptions == 0:
+            self.num_queries_tokens += request.num_tokens
+            self.num_hit_tokens += num_hit_tokens
 
     # -- counting until identities matter ---------------------------------------------------------
     def _grow_counted(self, request: Request, total: int, headroom: int) -> bool:

@@ -44,6 +44,7 @@ class Scheduler:
     # A multi-step decode advance may carry on past a request's last step (it leaves, the rest
     # decode on) when nothing can be admitted; False for policies with their own finish rules.
     decode_runs_through_finishes = True
+    checks_pool_at_startup = False   # vLLM's presets refuse a pool below one max_model_len request
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
@@ -101,6 +102,21 @@ class Scheduler:
         if not chunked_prefill and o.max_num_batched_tokens < self.max_model_len:
             raise SchedulerError(f"schedulers.{o.label}.max_num_batched_tokens: {o.max_num_batched_tokens}"
                                  f" must be >= max_model_len ({self.max_model_len}) with chunked prefill off")
+
+    def check_pool_holds_max_model_len(self, num_memory_blocks: int, where: str) -> None:
+        """[CFG] vLLM refuses at start-up a KV cache whose memory cannot hold one request of
+        max_model_len tokens (V1's check_enough_kv_cache_memory, V0's cache-size check). It
+        checks the memory, before num_gpu_blocks_override: ``num_memory_blocks`` is what the
+        memory holds (``where`` says how), whatever num_gpu_blocks the scenario gives."""
+        if not self.checks_pool_at_startup:
+            return
+        need = -(-self.max_model_len // self.kv.block_size)
+        if need > num_memory_blocks:
+            raise SchedulerError(
+                f"engine.max_model_len: {self.max_model_len} tokens need {need} KV blocks of "
+                f"{self.kv.block_size}, more than the {num_memory_blocks} {where}; "
+                f"{self.options.preset} refuses this at start-up: lower max_model_len to at most "
+                f"{num_memory_blocks * self.kv.block_size} or raise gpu_memory_utilization")
 
     def schedule(self, now_s: float, batch: Batch | None = None) -> Batch:
         """The next step: ``batch`` (new if None) with this policy's requests added."""

@@ -21,6 +21,7 @@ class VllmV0Options(SchedulerOptions):
                     "paged KV; whole-prompt blocks at admission; recompute preemption of the tail")
 class VllmV0Scheduler(Scheduler):
     family = "continuous"
+    checks_pool_at_startup = True
     Options = VllmV0Options
 
     @classmethod

@@ -31,6 +31,7 @@ class VllmV1Options(SchedulerOptions):
                     "then waiting; chunked prefill; recompute preemption of the running tail")
 class VllmV1Scheduler(Scheduler):
     family = "chunked_prefill"
+    checks_pool_at_startup = True
     supports_priority = True
     serves_running_in_order = True
     Options = VllmV1Options
@@ -147,7 +148,8 @@ class VllmV1Scheduler(Scheduler):
                 break  # waiting requests never preempt (rule 1.2 B7)
             self.waiting.pop()
             kv.record_admission(request, num_hit)
-            request.num_cached_tokens = num_hit
+            if request.num_preemptions == 0:   # vLLM sets it at the first admission only
+                request.num_cached_tokens = num_hit
             self.admit(request, now_s)
             request.num_computed_tokens = num_hit
             batch.add(request, n)
