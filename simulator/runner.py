@@ -18,6 +18,7 @@ from simulator.results.files import ResultFolder
 from simulator.results.footprint import (MemoryLimit, check_blocks_fit_memory, check_requests_fit_memory,
                                          check_run_fits_memory)
 from simulator.results.request_table import RequestTable
+from simulator.results.steady_state import steady_state
 from simulator.results.step_table import StepTable
 from simulator.results.summary import summarize
 from simulator.core.request import Request
@@ -242,6 +243,8 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     hits = sum(kv.num_hit_tokens for kv in kvs)
     summary.update(prefix_cache_queries=queries, prefix_cache_hits=hits,
                    prefix_cache_hit_rate=hits / queries if queries else 0.0)
+    summary.update(steady_state(trace.arrival_s, requests.columns["scheduled_s"],
+                                requests.columns["finish_s"]).fields())
     summary.update(scheduler=run.label, preset=run.options.preset, num_gpu_blocks=run.num_gpu_blocks,
                    max_num_seqs=run.options.max_num_seqs,
                    max_num_batched_tokens=run.options.max_num_batched_tokens,

@@ -32,7 +32,8 @@ def test_compare_prints_capacity_with_intervals_and_writes_csv_and_plot(tmp_path
     assert "capacity of 2 schedulers x 2 seeds under p99_ttft_ms <= 3000" in result.output
     table = result.output[result.output.index("scenario  "):].splitlines()
     assert table[0].split() == ["scenario", "scheduler", "capacity", "(req/s)", "95%", "interval",
-                                "seeds", "per", "seed"]
+                                "seeds", "per", "seed", "offered", "->", "achieved", "(req/s)",
+                                "not", "steady"]
     assert [line.split()[:2] for line in table[2:6]] == [["varied", "static"], ["varied", "orca"],
                                                          ["equal", "static"], ["equal", "orca"]]
     assert all(line.split()[3] == "±" and line.split()[5] == "2" for line in table[2:6])

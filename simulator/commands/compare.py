@@ -120,17 +120,29 @@ def _run_sweeps(inputs, out_dir: Path, backend, workers, address) -> list[tuple[
 
 
 def format_capacity_table(capacities, unit: str) -> str:
-    rows = [["scenario", "scheduler", f"capacity ({unit})", "95% interval", "seeds", "per seed"]]
+    rows = [["scenario", "scheduler", f"capacity ({unit})", "95% interval", "seeds", "per seed",
+             "offered -> achieved (req/s)", "not steady"]]
     for c in capacities:
         per_seed = [r.capacity for r in c.per_seed]
         lower_bound = "" if all(r.bounded for r in c.per_seed) else " (SLOs never failed: >=)"
         rows.append([c.scenario, c.scheduler, f"{c.estimate.mean:.3g}{lower_bound}",
                      "-" if c.estimate.half_width is None else f"± {c.estimate.half_width:.2g}",
-                     str(c.estimate.n), f"{min(per_seed):.3g} .. {max(per_seed):.3g}"])
+                     str(c.estimate.n), f"{min(per_seed):.3g} .. {max(per_seed):.3g}",
+                     _rates(c.per_seed), str(sum(r.num_not_steady for r in c.per_seed))])
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
+
+
+def _rates(results) -> str:
+    """Offered and achieved rates at each seed's capacity, averaged over seeds."""
+    pairs = [r.rates_at_capacity() for r in results]
+    pairs = [(o, a) for o, a in pairs if o is not None and a is not None]
+    if not pairs:
+        return "-"
+    offered, achieved = (sum(x) / len(pairs) for x in zip(*pairs))
+    return f"{offered:.3g} -> {achieved:.3g}"
 
 
 def write_capacity_csv(capacities, path: Path, unit: str) -> Path:
@@ -139,12 +151,15 @@ def write_capacity_csv(capacities, path: Path, unit: str) -> Path:
     def write(f) -> None:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(["scenario", "scheduler", "seed", "capacity", "unit", "bounded",
-                         "num_probes", "mean", "ci95_half_width"])
+                         "num_probes", "mean", "ci95_half_width", "offered_request_rate",
+                         "achieved_request_rate", "num_not_steady"])
         for c in capacities:
             hw = "" if c.estimate.half_width is None else repr(c.estimate.half_width)
             for r in c.per_seed:
+                offered, achieved = (("" if x is None else repr(x)) for x in r.rates_at_capacity())
                 writer.writerow([c.scenario, c.scheduler, r.seed, repr(r.capacity), unit,
-                                 str(r.bounded).lower(), len(r.probes), repr(c.estimate.mean), hw])
+                                 str(r.bounded).lower(), len(r.probes), repr(c.estimate.mean), hw,
+                                 offered, achieved, r.num_not_steady])
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, write)
     return path

@@ -12,6 +12,11 @@ highest value seen to meet the SLOs. Every probe is a fresh workload from the sa
 workload draws lengths before arrival gaps, so a probe at a higher rate is the same requests
 arriving faster: latency grows with the rate and the bisection is well posed. Same seed, same
 answer.
+
+A rate meets the SLOs only at steady state (results/steady_state.py): a short run at a rate the
+engine cannot sustain may finish before its queue has grown, and would meet them by luck of its
+length. A probe that meets the SLOs but is not steady is run again ``LENGTHEN_FACTOR`` times
+longer (a short run's noise, or a warm-up, settles); still not steady, it fails.
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from simulator.sweep.stats import Estimate, mean_ci95
 SLO_KEY = re.compile(r"^(mean|median|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el)_ms$")
 RATE, CONCURRENCY = LOAD_KEYS
 MAX_BRACKET_STEPS = 12   # doublings or halvings before giving up: a factor of 4096
+LENGTHEN_FACTOR = 4      # a probe judged not steady runs once more, this many times longer
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,10 @@ class Probe:
     met: bool
     summary: dict = field(repr=False, compare=False)
 
+    @property
+    def steady(self) -> bool:
+        return bool(self.summary.get("steady_state", True))
+
 
 @dataclass(frozen=True)
 class CapacityResult:
@@ -62,6 +72,19 @@ class CapacityResult:
     capacity: float        # 0.0 when even the lowest probe failed
     bounded: bool          # False: the SLOs held at every probe (capacity is a lower bound)
     probes: tuple[Probe, ...]
+
+    def rates_at_capacity(self) -> tuple[float | None, float | None]:
+        """(offered, achieved) request rates over the second half of the capacity probe's
+        arrivals (results/steady_state.py); None where no probe met the SLOs."""
+        best = [p for p in self.probes if p.met and p.value == self.capacity]
+        summary = best[-1].summary if best else {}
+        return summary.get("offered_request_rate"), summary.get("achieved_request_rate")
+
+    @property
+    def num_not_steady(self) -> int:
+        """Probes that met the latency SLOs on a run that was not at steady state."""
+        return sum(1 for p in self.probes if not p.met and not p.steady
+                   and p.summary.get("completed"))
 
 
 def parse_slos(items: tuple[str, ...] | list[str]) -> dict[str, float]:
@@ -91,6 +114,19 @@ def meets_slos(summary: dict, slos: dict[str, float]) -> bool:
     if summary.get("num_unfinished"):
         return False
     return all(summary.get(k) is not None and summary[k] <= limit for k, limit in slos.items())
+
+
+def lengthened(single: dict, factor: int) -> dict | None:
+    """The file with a workload ``factor`` times longer (more requests, or a longer duration);
+    None for a trace, whose length is its own."""
+    workload = dict(single.get("workload") or {})
+    if (workload.get("arrival") or {}).get("kind") == "trace":
+        return None
+    key = "num_requests" if workload.get("num_requests") is not None else "duration_s"
+    if workload.get(key) is None:
+        return None
+    workload[key] = workload[key] * factor
+    return {**single, "workload": workload}
 
 
 def single_scheduler_raw(raw: dict, scheduler_index: int, slos: dict[str, float]) -> dict:
@@ -135,7 +171,13 @@ def find_capacity(raw: dict, base_dir: Path | None, scheduler_index: int, seed: 
 
     def probe(value: float) -> bool:
         summary = probe_summary(single, base_dir, search, value, seed)
-        probes.append(Probe(value, meets_slos(summary, slos), summary))
+        met = meets_slos(summary, slos)
+        longer = lengthened(single, LENGTHEN_FACTOR) if search.over == RATE else None
+        if met and not summary.get("steady_state", True) and longer is not None:
+            summary = probe_summary(longer, base_dir, search, value, seed)
+            met = meets_slos(summary, slos)
+        steady = search.over != RATE or summary.get("steady_state", True)
+        probes.append(Probe(value, met and bool(steady), summary))
         return probes[-1].met
 
     low, high = search_boundary(probe, start_value(raw, search), search)
