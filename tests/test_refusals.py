@@ -34,7 +34,9 @@ VARIANTS = {
     ("workload", "arrival"): [{"kind": "gamma", "rate": 2.0, "burstiness": 0.5},
                               {"kind": "constant", "rate": 2.0}, {"kind": "inf"}],
     ("workload", "prompt_len"): [{"kind": "uniform", "low": 1, "high": 8},
-                                 {"kind": "lognormal", "median": 8, "sigma": 0.5, "max": 64}],
+                                 {"kind": "lognormal", "median": 8, "sigma": 0.5, "max": 64},
+                                 {"kind": "sharegpt", "max": 1000}],
+    ("workload", "lengths"): [{"kind": "vllm_random", "input_len": 16}, {"kind": "sharegpt"}],
 }
 # Words that say what is allowed, in pydantic's messages and ours.
 ALLOWED = re.compile(r"must|allowed|one of|should|expected|valid|greater|less|at (most|least)"
@@ -47,6 +49,8 @@ def _bases() -> list[dict]:
         for variant in variants:
             raw = copy.deepcopy(BASE)
             raw[block][key] = variant
+            if key == "lengths":   # a joint kind replaces the per-field ones
+                del raw[block]["prompt_len"], raw[block]["output_len"]
             bases.append(raw)
     return bases
 

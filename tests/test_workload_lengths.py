@@ -1,12 +1,19 @@
-"""Length distributions, and vLLM's random dataset (scheduler-semantics.md section 7, dataset rules 1-4)."""
+"""Length distributions, vLLM's random dataset (scheduler-semantics.md section 7, dataset rules 1-4),
+and the packaged ShareGPT table."""
+import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from pydantic import TypeAdapter, ValidationError
 
-from simulator.workload import (EmpiricalLength, FixedLength, LengthSpec, LognormalLength, RangeRatios,
-                                UniformLength, VllmRandomLengths)
+from simulator.scenario import ScenarioError, json_schema, validate_scenario
+from simulator.workload import (EmpiricalLength, FixedLength, InfArrivals, LengthSpec, LognormalLength,
+                                RangeRatios, SharegptLength, SharegptLengths, UniformLength,
+                                VllmRandomLengths, WorkloadSpec, derive_sharegpt)
+from simulator.workload.generate import generate_seeded_workload
+from simulator.workload.sharegpt import COLUMNS, TABLE_PATH
 
 
 def test_fixed_length_repeats_the_value_and_draws_nothing():
@@ -172,3 +179,143 @@ def test_config_layer_validates_lengths_and_ratio_dicts():
     assert joint.range_ratio == RangeRatios(0.5, 0.1) and joint.ratios == (0.5, 0.1)
     with pytest.raises(ValidationError, match="range_ratio"):
         TypeAdapter(VllmRandomLengths).validate_python({"range_ratio": 1.5})
+
+
+# --- sharegpt: the packaged ShareGPT table (simulator/workload/data/README.md) ---
+
+SHAREGPT_SOURCE = (Path(__file__).resolve().parents[1] / ".." / "shared" / "reference" / "llmservingsim"
+                   / "workloads" / "sharegpt-llama-3.1-8b-300-sps10.jsonl")
+
+
+def _table() -> tuple[np.ndarray, np.ndarray]:
+    """The committed table read with the standard library, independently of the code under test."""
+    with open(TABLE_PATH, newline="") as f:
+        rows = np.array([(int(r["prompt_len"]), int(r["output_len"])) for r in csv.DictReader(f)])
+    return rows[:, 0], rows[:, 1]
+
+
+def _pairs(prompt, output) -> set:
+    return set(zip(prompt.tolist(), output.tolist()))
+
+
+def test_sharegpt_table_is_the_documented_one():
+    prompt, output = _table()
+    assert len(prompt) == 300 and prompt.sum() == 257239 and output.sum() == 195753
+    assert (prompt.min(), prompt.max(), output.min(), output.max()) == (262, 3998, 512, 1021)
+    assert list(zip(prompt, output)) == sorted(zip(prompt, output))
+
+
+@pytest.mark.parametrize("column", ["prompt_len", "output_len"])
+def test_sharegpt_draws_only_the_table_values_and_converges_to_its_mean(column):
+    table, n = _table()[COLUMNS.index(column)], 20_000
+    drawn = SharegptLength(column).sample(n, np.random.default_rng(0))
+    assert drawn.dtype == np.int64 and drawn.size == n
+    assert set(drawn.tolist()) == set(table.tolist())   # a row is missed with probability e^-66
+    assert abs(drawn.mean() - table.mean()) < 4 * table.std() / math.sqrt(n)
+
+
+def test_sharegpt_draws_with_the_empirical_rule_and_the_seed():
+    def draw(seed):
+        return SharegptLength("output_len").sample(500, np.random.default_rng(seed))
+    empirical = EmpiricalLength(str(TABLE_PATH), "output_len").sample(500, np.random.default_rng(3))
+    np.testing.assert_array_equal(draw(3), empirical)
+    np.testing.assert_array_equal(draw(3), draw(3))
+    assert not np.array_equal(draw(3), draw(4))
+
+
+def test_sharegpt_max_drops_longer_rows_instead_of_clipping():
+    prompt, _ = _table()
+    drawn = SharegptLength("prompt_len", max=1000).sample(20_000, np.random.default_rng(0))
+    assert set(drawn.tolist()) == {p for p in prompt.tolist() if p <= 1000}
+    assert set(SharegptLength("prompt_len", max=262).sample(50, np.random.default_rng(0))) == {262}
+
+
+def test_sharegpt_joint_lengths_draw_whole_rows():
+    prompt, output = _table()
+    drawn_prompt, drawn_output, token_ids = SharegptLengths().sample(20_000, np.random.default_rng(1))
+    assert token_ids is None and drawn_prompt.dtype == drawn_output.dtype == np.int64
+    assert _pairs(drawn_prompt, drawn_output) == _pairs(prompt, output)
+    # one row index per request: the prompts are the per-field kind's draws from the same seed
+    per_field = SharegptLength("prompt_len").sample(20_000, np.random.default_rng(1))
+    np.testing.assert_array_equal(drawn_prompt, per_field)
+    short = SharegptLengths(max_prompt_len=1000, max_output_len=600).rows()
+    assert len(short) == 97 and short[:, 0].max() <= 1000 and short[:, 1].max() <= 600
+
+
+def test_sharegpt_kind_in_a_scenario_draws_its_own_field_and_the_pairs():
+    prompt, output = _table()
+    raw = _scenario(prompt_len={"kind": "sharegpt"}, output_len={"kind": "sharegpt", "max": 700})
+    workload = validate_scenario(raw).workload
+    assert workload.prompt_len == SharegptLength("prompt_len")
+    assert workload.output_len == SharegptLength("output_len", max=700)
+    trace = generate_seeded_workload(workload, 0)
+    assert set(trace.num_prompt_tokens.tolist()) <= set(prompt.tolist())
+    assert set(trace.max_output_tokens.tolist()) <= {o for o in output.tolist() if o <= 700}
+    joint = validate_scenario(_scenario(lengths={"kind": "sharegpt"})).workload
+    trace = generate_seeded_workload(joint, 5)
+    assert _pairs(trace.num_prompt_tokens, trace.max_output_tokens) <= _pairs(prompt, output)
+    again = generate_seeded_workload(joint, 5)
+    np.testing.assert_array_equal(trace.max_output_tokens, again.max_output_tokens)
+
+
+def test_the_json_schema_lists_the_sharegpt_kinds():
+    defs = json_schema()["$defs"]
+
+    def kinds(field):
+        node = defs["WorkloadSpec"]["properties"][field]
+        return set(next(b for b in node["anyOf"] if b.get("type") != "null")["discriminator"]["mapping"])
+    assert kinds("prompt_len") == kinds("output_len") == {"fixed", "uniform", "lognormal", "empirical",
+                                                          "sharegpt"}
+    assert kinds("lengths") == {"vllm_random", "sharegpt"}
+    assert set(defs["SharegptLength"]["properties"]) == {"kind", "column", "max"}
+    assert set(defs["SharegptLengths"]["properties"]) == {"kind", "max_prompt_len", "max_output_len"}
+
+
+UNKNOWN = "unknown field (not allowed here; check the spelling); allowed here:"
+
+
+@pytest.mark.parametrize("workload, message", [
+    (dict(prompt_len={"kind": "sharegpt", "max": 100}), "workload.prompt_len.max: 100 is not allowed; "
+     "must be >= 262, the shortest prompt_len in the ShareGPT table"),
+    (dict(output_len={"kind": "sharegpt", "max": 0}),
+     "workload.output_len.max: 0 is not allowed: Input should be greater than 0"),
+    (dict(output_len={"kind": "sharegpt", "scale": 2}),
+     f"workload.output_len.scale: {UNKNOWN} kind, column, max"),
+    (dict(lengths={"kind": "sharegpt", "max_output_len": 511}), "workload.lengths.max_output_len: 511 is "
+     "not allowed; must be >= 512, the shortest output_len in the ShareGPT table"),
+    (dict(lengths={"kind": "sharegpt", "max_prompt_len": 300, "max_output_len": 513}),
+     "workload.lengths.max_prompt_len/max_output_len: (300, 513) is not allowed; together they leave no "
+     "row of the ShareGPT table: raise one of them"),
+    (dict(lengths={"kind": "sharegpt", "max": 700}),
+     f"workload.lengths.max: {UNKNOWN} kind, max_prompt_len, max_output_len"),
+])
+def test_a_bad_sharegpt_option_is_one_line_naming_the_field(workload, message):
+    with pytest.raises(ScenarioError) as error:
+        validate_scenario(_scenario(**workload))
+    assert str(error.value) == message
+
+
+def test_sharegpt_options_built_in_code_name_the_field():
+    with pytest.raises(ValueError, match=r"^SharegptLength\.max: 100 is not allowed; must be >= 262"):
+        SharegptLength("prompt_len", max=100)
+    with pytest.raises(ValueError, match=r"^SharegptLength\.column: None is not allowed"):
+        SharegptLength().sample(1, np.random.default_rng(0))   # a workload sets the column
+    with pytest.raises(ValueError, match=r"^WorkloadSpec\.output_len\.max: 511 is not allowed"):
+        WorkloadSpec(InfArrivals(), SharegptLength(), SharegptLength(max=511), num_requests=1)
+    with pytest.raises(ValueError, match=r"^SharegptLengths\.max_prompt_len: 0 is not allowed"):
+        SharegptLengths(max_prompt_len=0)
+
+
+def test_the_committed_sharegpt_table_is_derived_from_the_shared_workload(tmp_path):
+    if not SHAREGPT_SOURCE.exists():
+        pytest.skip(f"reference workload not found at {SHAREGPT_SOURCE} (../shared/reference is absent)")
+    assert derive_sharegpt.main([str(SHAREGPT_SOURCE), "-o", str(tmp_path / "table.csv")]) == 0
+    assert (tmp_path / "table.csv").read_bytes() == TABLE_PATH.read_bytes()
+
+
+def _scenario(**workload) -> dict:
+    fixed = {} if "lengths" in workload else {"prompt_len": {"kind": "fixed", "value": 16},
+                                              "output_len": {"kind": "fixed", "value": 8}}
+    return {"name": "sharegpt", "model": "llama-3.1-8b", "cost_model": {"kind": "unit"},
+            "workload": {"arrival": {"kind": "inf"}, "num_requests": 50, **fixed, **workload},
+            "schedulers": [{"preset": "vllm_v1"}]}

@@ -292,7 +292,7 @@ def test_a_spec_built_in_code_refuses_a_value_of_the_wrong_kind():
                      num_requests=1)
     with pytest.raises(ValueError, match=r"^WorkloadSpec\.output_len: PoissonArrivals\(.*\) is not "
                                          r"allowed; kind must be one of fixed, uniform, lognormal, "
-                                         r"empirical$"):
+                                         r"empirical, sharegpt$"):
         WorkloadSpec(arrival=PoissonArrivals(1.0), prompt_len=FixedLength(8),
                      output_len=PoissonArrivals(1.0), num_requests=1)
 

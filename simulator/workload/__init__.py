@@ -11,10 +11,12 @@ from simulator.workload.generate import (ArrivalSpec, LengthSpec, PriorityChoice
                                          generate_workload)
 from simulator.workload.lengths import (EmpiricalLength, FixedLength, LognormalLength, RangeRatios,
                                         UniformLength, VllmRandomLengths)
+from simulator.workload.sharegpt import SharegptLength, SharegptLengths
 from simulator.workload.traces import TraceArrivals, WorkloadTrace
 
 __all__ = [
     "ArrivalSpec", "ConstantArrivals", "EmpiricalLength", "FixedLength", "GammaArrivals", "InfArrivals",
-    "LengthSpec", "LognormalLength", "PoissonArrivals", "PriorityChoice", "RangeRatios", "TraceArrivals",
-    "UniformLength", "VllmRandomLengths", "WorkloadSpec", "WorkloadTrace", "generate_workload",
+    "LengthSpec", "LognormalLength", "PoissonArrivals", "PriorityChoice", "RangeRatios", "SharegptLength",
+    "SharegptLengths", "TraceArrivals", "UniformLength", "VllmRandomLengths", "WorkloadSpec",
+    "WorkloadTrace", "generate_workload",
 ]

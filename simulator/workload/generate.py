@@ -4,7 +4,8 @@ Draw order from the passed generator (fixed, so one seed gives the same bytes):
 - ``num_requests`` N: (1) lengths: ``lengths`` (vllm_random: inputs, outputs[, offsets, prefix]) or
   ``prompt_len`` then ``output_len``; (2) arrival times; (3) priorities. Lengths come first so that a
   fresh ``default_rng(seed)`` gives vLLM's own random-dataset lengths, and so that sweeping the rate
-  keeps every request's lengths (paired comparisons).
+  keeps every request's lengths (paired comparisons). ``lengths: {kind: sharegpt}`` draws one table
+  row per request.
 - ``duration_s``: (1) arrival times (they decide N); then lengths and priorities as above.
 - trace: nothing is drawn except priorities, when ``priority`` is given (it overrides the trace's).
 
@@ -25,14 +26,17 @@ from cost_models.options import OPTIONS_CONFIG, Constraint, PositiveInt
 from simulator.workload.arrivals import ConstantArrivals, GammaArrivals, InfArrivals, PoissonArrivals
 from simulator.workload.lengths import (EmpiricalLength, FixedLength, LognormalLength, UniformLength,
                                         VllmRandomLengths, invalid)
+from simulator.workload.sharegpt import SharegptLength, SharegptLengths
 from simulator.workload.traces import (MAX_ARRIVAL_S, TraceArrivals, WorkloadTrace,
                                        first_arrival_too_late)
 
 # The classes of each ``kind``, in the order error messages list the kinds.
 ARRIVALS = (PoissonArrivals, GammaArrivals, ConstantArrivals, InfArrivals, TraceArrivals)
-LENGTHS = (FixedLength, UniformLength, LognormalLength, EmpiricalLength)
+LENGTHS = (FixedLength, UniformLength, LognormalLength, EmpiricalLength, SharegptLength)
+JOINT_LENGTHS = (VllmRandomLengths, SharegptLengths)   # ``lengths``: prompt and output together
 ArrivalSpec = Annotated[Union[ARRIVALS], Constraint(discriminator="kind")]
 LengthSpec = Annotated[Union[LENGTHS], Constraint(discriminator="kind")]
+JointLengthSpec = Annotated[Union[JOINT_LENGTHS], Constraint(discriminator="kind")]
 
 
 @dataclass(frozen=True)
@@ -87,12 +91,15 @@ class WorkloadSpec:
     num_requests: PositiveInt | None = None
     duration_s: Annotated[float, Constraint(strict=True, gt=0, allow_inf_nan=False)] | None = None
     max_concurrency: PositiveInt | None = None
-    lengths: VllmRandomLengths | None = None
+    lengths: JointLengthSpec | None = None
     priority: PriorityChoice | None = None
     __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
         self._check_types()
+        for name in ("prompt_len", "output_len"):   # sharegpt draws the column of its own field
+            if hasattr(getattr(self, name), "for_field"):
+                object.__setattr__(self, name, getattr(self, name).for_field(name))
         self._check_size()
         self._check_lengths()
         c = self.max_concurrency

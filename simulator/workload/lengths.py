@@ -1,7 +1,8 @@
 """Token-length distributions for prompts and outputs, plus vLLM's joint ``--dataset-name random``.
 
 Every distribution answers ``sample(n, rng) -> int64 array`` of lengths >= 1, drawing only from the
-passed generator and in one vectorised call.
+passed generator and in one vectorised call. The kinds drawn from the packaged ShareGPT table are
+in sharegpt.py, on this module's empirical rule (``resample``).
 """
 from __future__ import annotations
 
@@ -122,8 +123,13 @@ class EmpiricalLength:
         return _read_lengths(self.path, self.column, stat.st_mtime_ns, stat.st_size)
 
     def sample(self, n: int, rng: np.random.Generator) -> np.ndarray:
-        values = self.values()
-        return values[rng.integers(0, values.size, size=n)]
+        return resample(self.values(), n, rng)
+
+
+def resample(rows: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """The empirical rule: ``n`` rows drawn with replacement, each equally likely, in one call to
+    ``rng``; every table-driven kind (empirical, sharegpt) draws through it, so they agree."""
+    return rows[rng.integers(0, len(rows), size=n)]
 
 
 @functools.lru_cache(maxsize=32)
