@@ -51,9 +51,13 @@ def main() -> None:
 @click.option("--format", "file_format", type=click.Choice(["csv", "parquet"]), default="csv",
               show_default=True, help="Format of requests and steps (parquet for large runs).")
 @max_memory_option
+@click.option("--save-detailed", is_flag=True,
+              help="Add vllm bench serve's per-request lists (ttfts, itls, ...) to summary.json.")
+@click.option("--date-now", is_flag=True,
+              help="Write the wall-clock date in summary.json (default 19700101-000000: same bytes).")
 def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
         schedulers: tuple[str, ...], no_plots: bool, file_format: str,
-        max_memory_gb: float | None) -> None:
+        max_memory_gb: float | None, save_detailed: bool, date_now: bool) -> None:
     """Run every scheduler of SCENARIO_FILE (or those --scheduler names) on the same workload
     and write results."""
     # Before numpy loads: OpenBLAS would start a thread per core for a simulation that does no
@@ -66,7 +70,8 @@ def run(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ...],
     try:
         run_scenario_file(scenario_file, out_dir, overrides, plots=not no_plots,
                           schedulers=schedulers, file_format=file_format,
-                          max_memory_gb=max_memory_gb)
+                          max_memory_gb=max_memory_gb, save_detailed=save_detailed,
+                          date_now=date_now)
     except (ScenarioError, NoProgressError) as exc:
         fail(str(exc))
 

@@ -216,9 +216,10 @@ class RunOutput:
 
 
 def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
-             files: ResultFolder | None = None) -> RunOutput:
+             files: ResultFolder | None = None, progress=None) -> RunOutput:
     """Run one scheduler. ``files``: a result folder the tables are written to as the run goes
-    (the run then keeps only the step series the summary and plots read)."""
+    (the run then keeps only the step series the summary and plots read). ``progress``: a
+    ProgressBar (engine/progress.py) told of finished requests; it only counts them."""
     scenario, trace = prepared.scenario, prepared.trace
     schedulers = [run.scheduler_cls(run.options, run.scheduler_cls.make_kv_cache(
         run.options, run.num_gpu_blocks, scenario.engine.block_size), run.context)
@@ -229,7 +230,8 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     sim = Simulation(iter_requests(trace, scenario.metrics.record_itl_gaps), schedulers,
                      prepared.cost_model, steps, num_requests=len(trace),
                      max_concurrency=trace.max_concurrency, router=scenario.engine.router,
-                     on_finished=requests.record, fast_path=fast_path)
+                     on_finished=progress.wrap(requests.record) if progress else requests.record,
+                     fast_path=fast_path)
     result = sim.run()
     requests.flush()
     steps.flush()

@@ -198,3 +198,53 @@ def test_set_accepts_the_sweep_blocks_index_syntax():
         {"schedulers": [{"preset": "vllm_v1"}, {"preset": "orca", "max_num_seqs": 8}]}
     with pytest.raises(ScenarioError, match=r"'schedulers\[2\].name': index 2 is out of range"):
         apply_overrides(raw, ["schedulers[2].name=x"])
+
+
+# -- the JSON Schema's enumerations (scenario/schema_enums.py) ------------------------------------
+def test_the_schema_enumerates_the_catalogs():
+    from cost_models.factory import COST_MODEL_BUILDERS
+    from cost_models.hardware import hardware_aliases
+    from cost_models.model_spec import PRESETS
+    from cost_models.profiles import profile_names
+    from simulator.scenario import json_schema
+    schema = json_schema()
+    props, defs = schema["properties"], schema["$defs"]
+    assert props["model"]["anyOf"][0]["enum"] == sorted(PRESETS)
+    assert props["hardware"]["anyOf"][0]["enum"] == sorted(hardware_aliases())
+    assert "h100-sxm" in props["hardware"]["anyOf"][0]["enum"] and "a100" in props["hardware"]["anyOf"][0]["enum"]
+    kinds = props["cost_model"]["discriminator"]["mapping"]
+    assert list(kinds) == list(COST_MODEL_BUILDERS) == ["unit", "roofline", "profiled"]
+    for kind, ref in kinds.items():
+        branch = defs[ref.rsplit("/", 1)[-1]]["properties"]
+        assert list(branch) == ["kind", *COST_MODEL_BUILDERS[kind].options]
+    assert defs["CostModel_profiled"]["properties"]["profile"]["enum"] == profile_names()
+    assert props["schedulers"]["items"]["properties"]["preset"]["anyOf"][0]["enum"] == preset_names()
+
+
+@pytest.mark.parametrize("field, value, valid", [
+    ("model", "qwen3-8b", True), ("model", "configs/my-model/config.json", True),
+    ("model", ["llama-2-7b"], False),
+    ("hardware", "a100", True), ("hardware", "H100 SXM", True),   # the run normalises names
+    ("hardware", "h100-sxn", False), ("hardware", {"memory_gb": 80, "memory_bandwidth_GBps": 2000,
+                                                   "bf16_tflops": 300}, True),
+    ("cost_model", {"kind": "roofline", "compute_efficiency": 0.5}, True),
+    ("cost_model", {"kind": "roofine"}, False),
+    ("cost_model", {"kind": "unit", "compute_efficiency": 0.5}, False),   # not a unit option
+    ("cost_model", {"kind": "profiled", "profile": "no-such-profile"}, False),
+    ("schedulers", [{"preset": "vllm_v1"}, {"kind": "orca"}, {"preset": "pkg.mod:Policy"}], True),
+    ("schedulers", [{"preset": "vllm_v2"}], False), ("schedulers", [{"max_num_seqs": 4}], False),
+])
+def test_the_schema_refuses_only_what_the_run_refuses(field, value, valid):
+    jsonschema = pytest.importorskip("jsonschema", reason="the dev extra installs jsonschema")
+    from simulator.scenario import json_schema
+    raw = {**raw_of(ROOT / "scenarios" / "toy_unit.yaml"), field: value}
+    errors = list(jsonschema.Draft202012Validator(json_schema()).iter_errors(raw))
+    assert (not errors) == valid, [e.message for e in errors]
+
+
+def test_every_shipped_scenario_is_valid_under_the_schema():
+    jsonschema = pytest.importorskip("jsonschema", reason="the dev extra installs jsonschema")
+    from simulator.scenario import json_schema
+    validator = jsonschema.Draft202012Validator(json_schema())
+    for path in GOOD_FILES:
+        assert [e.message for e in validator.iter_errors(raw_of(path))] == [], path.name

@@ -52,7 +52,7 @@ def compare(scenario_files, out_dir, slo_items, over, num_seeds, rel_tol, overri
             backend, address, no_sweeps, no_plots) -> None:
     """Highest load meeting the SLOs, per scheduler of each SCENARIO_FILE, with 95% intervals."""
     from simulator.sweep.capacity import CapacitySearch, measure_capacity
-    from simulator.engine.progress import NoProgressError
+    from simulator.engine.progress import NoProgressError, progress_bar
     from simulator.scenario import ScenarioError
     from simulator.sweep.backends import BackendError, make_backend
     try:
@@ -62,11 +62,13 @@ def compare(scenario_files, out_dir, slo_items, over, num_seeds, rel_tol, overri
         capacities = []
         with make_backend(backend, workers, address) as executor:
             for item in inputs:
+                num_searches = len(item.raw["schedulers"]) * len(item.seeds)
                 click.echo(f"{item.scenario.name}: capacity of {len(item.raw['schedulers'])} "
                            f"schedulers x {len(item.seeds)} seeds under "
                            + ", ".join(f"{k} <= {v:g}" for k, v in item.slos.items()))
-                capacities += measure_capacity(item.raw, item.path.parent, item.slos, item.seeds,
-                                               search, executor)
+                with progress_bar(num_searches, item.scenario.name, "search") as bar:
+                    capacities += measure_capacity(item.raw, item.path.parent, item.slos,
+                                                   item.seeds, search, CountingBackend(executor, bar))
             sweeps = [] if no_sweeps else _run_sweeps(inputs, out_dir, backend, workers, address)
     except (ScenarioError, BackendError, NoProgressError, ValueError) as exc:
         fail(str(exc).split("\n")[0])
@@ -76,6 +78,21 @@ def compare(scenario_files, out_dir, slo_items, over, num_seeds, rel_tol, overri
     if not no_plots:
         for path in _plots(capacities, sweeps, out_dir, unit, inputs[0].slos):
             click.echo(f"plot: {path}")
+
+
+class CountingBackend:
+    """A sweep backend that tells a progress bar of each finished task (it only counts)."""
+
+    def __init__(self, executor, bar):
+        self.executor, self.bar = executor, bar
+
+    def share(self, obj):
+        return self.executor.share(obj)
+
+    def map_unordered(self, fn, tasks):
+        for done in self.executor.map_unordered(fn, tasks):
+            self.bar.advance()
+            yield done
 
 
 def _load(path: Path, overrides, slo_items, num_seeds) -> CompareInput:

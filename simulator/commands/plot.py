@@ -37,7 +37,7 @@ def timeline(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ..
     """Simulate SCENARIO_FILE recording every step's batch slots; draw them per scheduler."""
     from simulator.plots.timeline import TIMELINE_CSV, record_timeline, write_timeline_csv
     from simulator.plots.timeline_plot import plot_batch_timelines
-    from simulator.engine.progress import NoProgressError
+    from simulator.engine.progress import NoProgressError, progress_bar
     from simulator.runner import prepare
     from simulator.scenario import ScenarioError, load_scenario
     try:
@@ -45,7 +45,11 @@ def timeline(scenario_file: Path, out_dir: Path | None, overrides: tuple[str, ..
         if len(prepared.trace) > BIG_TIMELINE_REQUESTS:
             click.echo(f"note: {len(prepared.trace)} requests make a dense picture; try "
                        f"--set workload.num_requests=32", err=True)
-        timelines = [record_timeline(prepared, run) for run in prepared.runs]
+        timelines = []
+        with progress_bar(len(prepared.runs), "timeline", "scheduler") as bar:
+            for run in prepared.runs:
+                timelines.append(record_timeline(prepared, run))
+                bar.advance()
     except (ScenarioError, NoProgressError) as exc:
         fail(str(exc))
     out_dir = out_dir or Path("results") / prepared.scenario.name

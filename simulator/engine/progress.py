@@ -1,5 +1,10 @@
-"""Stop a run that can make no progress, with a diagnosis, instead of spinning."""
+"""Progress: stop a run that can make none, with a diagnosis, instead of spinning; and the
+progress bar long commands show on a terminal."""
 from __future__ import annotations
+
+import sys
+import time
+from typing import Callable
 
 
 class NoProgressError(RuntimeError):
@@ -48,3 +53,75 @@ class ProgressWatchdog:
                 f"livelock: {self.steps_without_token} steps without a sampled token and "
                 f"{self.preemptions} preemptions ({scheduler.num_running} running, "
                 f"{len(scheduler.waiting)} waiting, KV usage {scheduler.kv.usage:.2f})")
+
+
+# -- the progress bar of long commands -------------------------------------------------------------
+PROGRESS_DELAY_S = 2.5     # a command that ends sooner never shows a bar
+PROGRESS_REFRESH_S = 0.25  # the bar is redrawn at most four times a second
+CHECKS_PER_RUN = 1_000     # the clock is read about this many times over the whole count
+
+
+def stderr_is_terminal() -> bool:
+    """True only for an interactive stderr: pipes, files, CI logs and pytest's capture say no."""
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):   # a replaced or closed stream
+        return False
+
+
+def progress_bar(total: int, desc: str, unit: str = "req", enabled: bool = True) -> "ProgressBar":
+    """The one progress bar of every command (run, sweep, compare, timeline): tqdm on stderr,
+    shown once the work has taken ``PROGRESS_DELAY_S``, and only where stderr is a terminal.
+    Elsewhere the bar is inactive and costs nothing (tqdm is not even imported)."""
+    if not (enabled and stderr_is_terminal()):
+        return ProgressBar(None, total)
+    from tqdm import tqdm
+    return ProgressBar(tqdm(total=total, desc=desc, unit=unit, file=sys.stderr,
+                            delay=PROGRESS_DELAY_S, mininterval=PROGRESS_REFRESH_S), total)
+
+
+class ProgressBar:
+    """Counts work done and passes it to tqdm on a coarse cadence: the clock is read every
+    ``total / CHECKS_PER_RUN`` items and the bar redrawn at most every ``PROGRESS_REFRESH_S``. It
+    only reads what it is told, so a run's results are the same with it or without it."""
+
+    def __init__(self, bar, total: int):
+        self._bar = bar
+        self._stride = max(1, total // CHECKS_PER_RUN)
+        self._pending = 0
+        self._next_draw_s = 0.0
+
+    @property
+    def active(self) -> bool:
+        return self._bar is not None
+
+    def advance(self, n: int = 1) -> None:
+        if self._bar is None:
+            return
+        self._pending += n
+        if self._pending >= self._stride and time.monotonic() >= self._next_draw_s:
+            self._bar.update(self._pending)
+            self._pending = 0
+            self._next_draw_s = time.monotonic() + PROGRESS_REFRESH_S
+
+    def wrap(self, on_finished: Callable[[list], None]) -> Callable[[list], None]:
+        """``on_finished`` (a list of finished requests) that also counts them; itself when inactive."""
+        if self._bar is None:
+            return on_finished
+
+        def counted(finished: list) -> None:
+            on_finished(finished)
+            self.advance(len(finished))
+        return counted
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.update(self._pending)
+            self._pending = 0
+            self._bar.close()
+
+    def __enter__(self) -> "ProgressBar":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

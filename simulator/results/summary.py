@@ -14,8 +14,9 @@ report one. With every request's gaps kept, all ITL figures are vLLM's exactly.
 
 ``max_concurrent_requests`` is the exact in-flight peak over [start, last token), as newer vLLM
 computes it (older vLLM counted requests touching the 1-s bucket of peak output, which can exceed
-``--max-concurrency``). The per-request lists vLLM also saves (``ttfts``, ``itls``, ...) are left
-to ``requests.csv``.
+``--max-concurrency``). vLLM's setup fields (``date``, ``backend``, ``model_id``, ...) and, with
+``--save-detailed``, its per-request lists (``ttfts``, ``itls``, ...) are results/bench_fields.py's;
+that module lists every field vLLM saves and the version it was read from.
 """
 from __future__ import annotations
 

@@ -276,4 +276,7 @@ def _rel(value: str, base_dir: Path) -> str:
 
 
 def json_schema() -> dict:
-    return _scenario_model().model_json_schema()
+    """pydantic's schema of Scenario, with the catalogs' names (presets, models, GPUs, cost-model
+    kinds) enumerated where pydantic sees free strings."""
+    from simulator.scenario.schema_enums import with_enumerations
+    return with_enumerations(_scenario_model().model_json_schema())

@@ -7,7 +7,6 @@ prepared workload is then shared by the tasks of all its schedulers.
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -73,7 +72,7 @@ def run_sweep(plan: SweepPlan, out_dir: Path, *, backend: str = "local", workers
 
 
 def _execute(plan, table, pending, prepared, done, backend, workers, address, progress) -> None:
-    from tqdm import tqdm
+    from simulator.engine.progress import progress_bar
     with make_backend(backend, workers, address) as executor:
         tasks, runs = [], []
         for workload, ready in zip(pending, prepared):
@@ -82,12 +81,10 @@ def _execute(plan, table, pending, prepared, done, backend, workers, address, pr
                 if run.run_key not in done:
                     tasks.append((handle, run.scheduler_index))
                     runs.append(run)
-        bar = tqdm(total=len(tasks), unit="run", desc=plan.name, file=sys.stderr,
-                   disable=None if progress else True)
-        with bar:
+        with progress_bar(len(tasks), plan.name, "run", enabled=progress) as bar:
             for index, result in executor.map_unordered(simulate_summary, tasks):
                 table.append(make_row(runs[index], result))
-                bar.update()
+                bar.advance()
 
 
 def _prepare(workload: PlannedWorkload, max_memory_gb: float | None = None):
