@@ -25,6 +25,7 @@ class LazyGroup(click.Group):
         "compare": "simulator.commands.compare:compare",
         "plot": "simulator.commands.plot:plot",
         "timeline": "simulator.commands.plot:timeline",
+        "report": "simulator.commands.report:report",
     }
 
     def list_commands(self, ctx):

@@ -14,6 +14,7 @@ LAYERS = {
     "simulator.scenario": 7, "simulator.runner": 8, "simulator.plots": 9, "simulator.sweep": 9,
     "simulator.validate": 9, "simulator.commands": 10, "simulator.api": 10, "simulator.cli": 11,
     "calibration": 9,
+    "simulator.report": 9,
 }
 
 
