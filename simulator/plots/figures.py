@@ -43,7 +43,10 @@ def save_figure(fig, base: Path, formats: tuple[str, ...] = FORMATS) -> list[Pat
         path = base.with_name(f"{base.name}.{fmt}")
         tmp = path.with_name(f".{path.name}.tmp")
         try:
-            fig.savefig(tmp, dpi=110, format=fmt, metadata=_metadata(fmt))
+            import matplotlib
+            # SVG ids are random unless salted: a fixed salt gives the same bytes for the same data.
+            with matplotlib.rc_context({"svg.hashsalt": "servesim"}):
+                fig.savefig(tmp, dpi=110, format=fmt, metadata=_metadata(fmt))
             os.replace(tmp, path)
         except BaseException:   # Ctrl-C while drawing: no temp file left behind
             tmp.unlink(missing_ok=True)

@@ -1,27 +1,33 @@
 """``run_overview.png``, the one figure `servesim run` draws: latency CDFs (TTFT, TPOT, E2E) and
 the engine state over time (running and waiting requests, KV usage), one line per scheduler.
 
-It is kept cheap to draw: decimated lines (decimate.py), one legend for the whole figure at a
-fixed place, fixed margins instead of a layout pass, no minor ticks and no mathtext labels.
-``OverviewDrawing`` takes the runs one at a time, so the figure can be built while later runs
-are still simulating (run_plots.py).
+The rules of axes.py hold: exactly equal curves are one line named for all of them, a latency
+axis is logarithmic only over a decade, a panel with nothing to show (no TPOT, a queue that was
+always empty) is left out, and where the schedulers' queue peaks differ tenfold the count axis is
+logarithmic (symlog, so 0 stays) and says so. It is kept cheap to draw: decimated lines
+(decimate.py), one legend at a fixed place, fixed margins instead of a layout pass, no minor ticks.
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Sequence
 
-from simulator.results.decimate import cdf_points, envelope
+import numpy as np
+
+from simulator.results.decimate import envelope
+from simulator.plots.axes import (default_colors, draw_group_kwargs, grid_axes, has_data,
+                                  identical_groups, legend_entries, set_scale)
+from simulator.plots.cdfs import draw_cdfs, shown_panels
 from simulator.plots.figures import new_figure, save_figure
 from simulator.plots.run_series import RunSeries
 
 RUN_OVERVIEW = "run_overview"
 CDF_PANELS = (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2el_ms", "end-to-end latency (ms)"))
-STATE_PANELS = (("num_running", "running requests"), ("num_waiting", "waiting requests"),
-                ("kv_usage", "KV cache usage (0-1)"))
+STATE_PANELS = (("num_running", "running requests", True),   # (field, label, a count)
+                ("num_waiting", "waiting requests", True), ("kv_usage", "KV cache usage (0-1)", False))
 LEGEND_COLUMNS = 6
 DPI = 110   # save_figure's: text is laid out once, at the dpi it is saved at
+WIDTH_IN, ROW_IN, TOP_IN, LEGEND_ROW_IN, BOTTOM_IN = 14.0, 3.4, 0.6, 0.25, 0.6
 
 
 def plot_run_overview(series: Sequence[RunSeries], base: Path, title: str,
@@ -29,70 +35,64 @@ def plot_run_overview(series: Sequence[RunSeries], base: Path, title: str,
     return save_figure(overview_figure(series, title), base, formats)
 
 
+def shown_state_panels(series: Sequence[RunSeries]) -> list[tuple]:
+    """Engine-state panels with something to show: runs with steps, and a non-zero value."""
+    return [p for p in STATE_PANELS
+            if has_data((getattr(s, p[0]) for s in series), zero_is_nothing=True)]
+
+
 def overview_figure(series: Sequence[RunSeries], title: str):
-    drawing = OverviewDrawing(title)
-    for s in series:
-        drawing.add(s)
-    return drawing.finish()
+    cdfs, states = shown_panels(series, CDF_PANELS), shown_state_panels(series)
+    colors = default_colors(len(series))
+    fig = new_figure(figsize=(WIDTH_IN, ROW_IN * 2), dpi=DPI)
+    rows = grid_axes(fig, [len(cdfs), len(states)])
+    cdf_axes = rows[0] if cdfs else []
+    state_axes = rows[-1] if states else []
+    for ax, (field, xlabel) in zip(cdf_axes, cdfs):
+        set_scale(ax, "x", draw_cdfs(ax, series, field, colors, linewidth=1.2))
+        ax.set(xlabel=xlabel, ylabel="fraction of requests", ylim=(0, 1.02))
+    for ax, (field, ylabel, count) in zip(state_axes, states):
+        peaks = _draw_state(ax, series, field, colors)
+        log = set_scale(ax, "y", peaks, counts=True) if count else False
+        ax.set(xlabel="time (s)", ylabel=f"{ylabel} (log scale)" if log else ylabel)
+    for ax in [*cdf_axes, *state_axes]:
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{title}: latency and engine state per scheduler")
+    legend_rows = _legend(fig, [*cdf_axes, *state_axes], [s.label for s in series])
+    top_in = TOP_IN + LEGEND_ROW_IN * legend_rows
+    height = top_in + ROW_IN * len(rows) + BOTTOM_IN
+    fig.set_size_inches(WIDTH_IN, height)
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=BOTTOM_IN / height, wspace=0.25,
+                        hspace=0.3, top=1 - top_in / height)
+    return fig
 
 
-class OverviewDrawing:
-    """The overview figure, built up one run at a time: ``add`` each run, then ``finish``."""
-
-    def __init__(self, title: str):
-        self.fig = new_figure(figsize=(14, 7.5), dpi=DPI)
-        self.axes = self.fig.subplots(2, 3)
-        self.fig.suptitle(f"{title}: latency and engine state per scheduler")
-        for ax, (_, xlabel) in zip(self.axes[0], CDF_PANELS):
-            ax.set(xlabel=xlabel, ylabel="fraction of requests", ylim=(0, 1.02))
-        for ax, (_, ylabel) in zip(self.axes[1], STATE_PANELS):
-            ax.set(xlabel="time (s)", ylabel=ylabel)
-        for ax in self.axes.flat:
-            ax.grid(alpha=0.3)
-        self.labels: list[str] = []
-        self._latency_range = {field: (math.inf, -math.inf) for field, _ in CDF_PANELS}
-
-    def add(self, s: RunSeries) -> None:
-        color = f"C{len(self.labels)}"
-        self.labels.append(s.label)
-        for ax, (field, _) in zip(self.axes[0], CDF_PANELS):
-            values = getattr(s, field)
-            if len(values):
-                ax.plot(*cdf_points(values), color=color, linewidth=1.2)
-            positive = values[values > 0]   # what a log axis can show
-            if len(positive):
-                lo, hi = self._latency_range[field]
-                self._latency_range[field] = min(lo, positive.min()), max(hi, positive.max())
-        if len(s.step_end_s):
-            for ax, (field, _) in zip(self.axes[1], STATE_PANELS):
-                ax.step(*envelope(s.step_end_s, getattr(s, field)), where="post", color=color,
-                        linewidth=0.8)
-
-    def finish(self):
-        """The figure, with its latency axes scaled and the legend placed."""
-        for ax, (field, _) in zip(self.axes[0], CDF_PANELS):
-            _latency_axis(ax, *self._latency_range[field])
-        handles = [self.axes[0][0].plot([], [], color=f"C{i}", label=label)[0]
-                   for i, label in enumerate(self.labels)]
-        ncol = max(1, min(len(self.labels), LEGEND_COLUMNS))
-        self.fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.955),
-                        ncol=ncol, fontsize=9, frameon=False)
-        legend_rows = max(1, -(-len(self.labels) // ncol))
-        self.fig.subplots_adjust(left=0.06, right=0.98, bottom=0.08, wspace=0.25, hspace=0.3,
-                                 top=0.89 - 0.03 * (legend_rows - 1))
-        return self.fig
+def _draw_state(ax, series: Sequence[RunSeries], field: str, colors) -> list[float]:
+    """One step line per group of runs with exactly the same steps; returns each group's peak."""
+    index = [i for i, s in enumerate(series) if len(s.step_end_s)]
+    data = [(series[i].step_end_s, getattr(series[i], field)) for i in index]
+    peaks = []
+    for group in identical_groups([series[i].label for i in index], data):
+        t, y = data[group.index]
+        ax.step(*envelope(t, y), where="post", linewidth=0.8,
+                **draw_group_kwargs(group, [colors[i] for i in index]))
+        peaks.append(float(np.max(y)))
+    return peaks
 
 
-def _latency_axis(ax, lo: float, hi: float) -> None:
-    """Log scale when the latencies span more than a factor of 10 (static batching's TTFT is
-    seconds where continuous batching's is milliseconds), with plain 1-2-5 style labels."""
-    if not (lo > 0 and hi > 10 * lo):
-        return
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
-    decades = math.log10(hi / lo)
-    subs = (1.0, 2.0, 5.0) if decades <= 1.5 else (1.0, 3.0) if decades <= 3 else (1.0,)
-    ax.set_xscale("log")
-    ax.xaxis.set_major_locator(LogLocator(subs=subs))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    ax.xaxis.set_minor_locator(NullLocator())
+def _legend(fig, axes, labels: list[str]) -> int:
+    """One legend at the top, every scheduler in run order, then any identical groups; returns
+    its number of rows."""
+    entries = legend_entries(axes)
+    order = [k for k in labels if k in entries] + [k for k in entries if k not in labels]
+    ncol = max(1, min(len(order), LEGEND_COLUMNS))
+    fig.legend([entries[k] for k in order], order, loc="upper center", ncol=ncol, fontsize=9,
+               frameon=False, bbox_to_anchor=(0.5, 1.0), bbox_transform=_top_transform(fig))
+    return max(1, -(-len(order) // ncol))
 
+
+def _top_transform(fig):
+    """Figure fractions, then moved down by inches: the legend stays under the title whatever
+    the figure's final height."""
+    from matplotlib.transforms import ScaledTranslation
+    return fig.transFigure + ScaledTranslation(0, -(TOP_IN - 0.2), fig.dpi_scale_trans)

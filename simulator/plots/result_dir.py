@@ -79,5 +79,5 @@ def plot_sweep_csv(result_dir: Path, formats: tuple[str, ...] = FORMATS) -> list
     if meta.get("load_key"):
         curves = sweep_curves(rows, meta["load_key"], meta["param_keys"])
         return plot_throughput_latency(curves, result_dir / THROUGHPUT_LATENCY, title,
-                                       meta.get("slos_ms"), formats)
+                                       meta.get("slos_ms"), formats, meta["load_key"])
     return plot_sweep_points(rows, meta["param_keys"], result_dir / SWEEP_POINTS, title, formats)
