@@ -125,6 +125,17 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
 ]}
 
 
+# HuggingFace model names (the part after the org, lowercase) of a preset's architecture under
+# another name: instruct and dated releases share their base model's config.json shapes.
+HF_NAMES = {
+    "qwen3-30b-a3b-instruct-2507": "qwen3-30b-a3b", "qwen3-30b-a3b-thinking-2507": "qwen3-30b-a3b",
+    "llama-3.1-8b-instruct": "llama-3.1-8b", "meta-llama-3.1-8b": "llama-3.1-8b",
+    "meta-llama-3.1-8b-instruct": "llama-3.1-8b", "llama-3.1-70b-instruct": "llama-3.1-70b",
+    "meta-llama-3.1-70b-instruct": "llama-3.1-70b", "llama-2-7b-hf": "llama-2-7b",
+    "llama-2-7b-chat-hf": "llama-2-7b", "llama-2-13b-hf": "llama-2-13b", "llama-2-70b-hf": "llama-2-70b",
+}
+
+
 # HuggingFace model_type values whose layers ModelSpec describes: a Llama-style decoder (GQA,
 # gated MLP, optional MoE and QK norm) or OPT. Others (gemma2's soft-capping and sliding windows,
 # Mamba hybrids, ...) would be priced as a Llama without a word.
@@ -164,11 +175,13 @@ class UnknownModelError(ValueError):
 
 
 def load_model(name_or_path: str) -> ModelSpec:
-    """A preset name (case-insensitive, HF org prefix ignored) or a path to a config.json / model dir."""
+    """A preset name (case-insensitive, HF org prefix ignored, ``HF_NAMES`` mapped) or a path to a
+    config.json / model dir."""
     path = Path(name_or_path)
     if user_paths.is_dir(path):   # a local model folder wins over a preset of the same name
         path = path / "config.json"
     key = name_or_path.lower().rsplit("/", 1)[-1]
+    key = HF_NAMES.get(key, key)
     if key in PRESETS and not user_paths.is_file(path):
         return PRESETS[key]
     if user_paths.is_file(path):

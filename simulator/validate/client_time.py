@@ -14,6 +14,12 @@ from first-come-first-served admission (cumulative prompt tokens), checked again
 step must decode exactly the requests that mapping puts in it, which a preempted (recomputed)
 request breaks. On our closed-loop c1 run: 12.0 ms (32 requests, sd 3.2 ms) of a 296 ms TTFT.
 
+An estimate needs ``MIN_IDLE_REQUESTS`` such requests: one request's TTFT carries its own jitter
+(sd 3.2 ms on the c1 run, a quarter of the mean) and gives no spread to judge it by; five bring
+the standard error of the mean under half the spread (1/sqrt(5) = 0.45: +-1.4 ms on c1's 12 ms).
+Busier runs rarely have that many (c4: one, c16: none), and a round trip measured on a run of the
+same server at concurrency 1 can be given with ``--client-overhead-ms`` instead.
+
 In a closed loop the next request also reaches the engine one round trip after the previous one
 finished, which delays its admission; the simulator does not model that wait (a fraction of a
 decode step at these concurrencies).
@@ -25,6 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.validate.measured import MeasuredRun
+
+
+MIN_IDLE_REQUESTS = 5
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from cost_models.fit.model_file import write_json
 from cost_models.fit.run import FitRequest, run_fit
 from cost_models.profiles import profile_names, profile_path, read_model_file
 from cost_models.roofline import RooflineCostModel
+from simulator.validate.engine_settings import block_size_setting
 from simulator.validate.iteration_log import unlogged_step_time_s
 from simulator.validate.measured import MeasuredRun
 
@@ -72,8 +73,11 @@ def _fitted(measured: MeasuredRun, out_dir: Path, model: str, scope: str,
     if steps is None:
         raise ValueError("--cost-model fit: needs --iteration-log (the measured server's per-step log)")
     # The same KV size the simulation gets: usage % x capacity is each decode's context in the fit.
-    blocks = num_gpu_blocks or measured.engine_args.get("num_gpu_blocks_override") or 1024
-    kv_tokens = int(blocks) * int(measured.engine_args.get("block_size") or 16)
+    blocks = num_gpu_blocks or measured.engine_args.get("num_gpu_blocks")
+    if blocks is None:
+        raise ValueError("--cost-model fit: reads decode contexts off the log's KV usage, which needs the KV "
+                         "cache size; the engine arguments record no num_gpu_blocks: pass --num-gpu-blocks")
+    kv_tokens = int(blocks) * int(block_size_setting(measured).value)
     notes = []
     source = steps.write_csv(out_dir / RUN_STEPS_FILE) if scope == "run" else steps.path
     request = FitRequest(source=source, from_vllm_log=True, model=model, name=f"fit-{measured.name}",

@@ -1,11 +1,13 @@
 """A measured vLLM run, read from either of the two layouts ``servesim validate`` accepts.
 
-- LLMServingSim's ``vllm-runs/<name>/``: ``meta.json`` (``engine_kwargs``), ``requests.jsonl`` with
+- LLMServingSim's ``vllm-runs/<name>/``: ``meta.json`` (``engine_kwargs``, and in newer runs
+  ``resolved_config``, ``kv_cache``, ``hardware``: record.py reads them), ``requests.jsonl`` with
   engine timestamps (``queued_ts``, ``first_token_ts``, ``last_token_ts``), ``timeseries.csv`` at
   1-s ticks; prompt token ids from the workload file ``meta.json`` names, when it can be found.
 - ``vllm bench serve --save-result --save-detailed`` JSON (per-request ``ttfts``, ``latencies``,
   ``start_times``, ``input_lens``, ``output_lens``, ``itls``), optionally with the same server's
-  iteration log. The bench file records no engine arguments: the caller passes them.
+  iteration log. The bench file records no engine arguments: the caller passes them
+  (``--engine-args``), and ``load_measured`` refuses a bench file without them.
 
 Times are seconds from the run's start: LLMServingSim's first ``queued_ts`` (the engine's clock);
 for a bench file the start of its main run, ``max(start + latency) - duration``, as vLLM measures
@@ -16,7 +18,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +26,8 @@ import numpy as np
 
 from simulator.validate.iteration_log import (IterationSteps, bench_date_s, read_iteration_log,
                                               run_steps)
-
-# What ../shared/tools/vllm-cpu/ runs (its README): the engine arguments a bench file lacks.
-VLLM_CPU_ENGINE_ARGS: dict[str, Any] = {
-    "model": "tiny-llama", "device": "cpu", "vllm_version": "0.32.0", "dtype": "float32",
-    "tensor_parallel_size": 1, "max_num_seqs": 32, "max_num_batched_tokens": 2048,
-    "max_model_len": 2048, "block_size": 128, "num_gpu_blocks_override": 1024,
-    "enable_chunked_prefill": True, "enable_prefix_caching": False}
+from simulator.validate.prompts import match_prompts, read_prompts
+from simulator.validate.record import EngineRecord, read_engine_record
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,8 +50,11 @@ class MeasuredRun:
     ttft_s: np.ndarray
     e2el_s: np.ndarray
     duration_s: float                 # run start to last token (vLLM's ``duration``)
-    engine_args: dict[str, Any]       # vLLM's argument names
+    engine_args: dict[str, Any]       # vLLM's argument names (record.py; num_gpu_blocks per engine)
     prompt_token_ids: tuple[tuple[int, ...], ...] | None = None
+    engine_sources: dict[str, str] = field(default_factory=dict)   # argument -> field it was read from
+    workload_index: np.ndarray | None = None     # each request's line in the workload it was sent from
+    prompts_note: str = ""                       # where the token ids came from, or why there are none
     client_arrival_s: np.ndarray | None = None   # before the client's --max-concurrency semaphore
     max_concurrency: int | None = None
     request_rate: float | None = None
@@ -67,13 +67,17 @@ class MeasuredRun:
 
 
 def load_measured(path: str | Path, iteration_log: str | Path | None = None,
-                  engine: dict[str, Any] | None = None) -> MeasuredRun:
-    """A run folder (LLMServingSim layout) or a bench JSON file, told apart by what the path is."""
+                  engine: EngineRecord | None = None) -> MeasuredRun:
+    """A run folder (LLMServingSim layout) or a bench JSON file, told apart by what the path is;
+    ``engine``: the engine arguments a bench file needs (record.read_engine_record of a JSON)."""
     path = Path(path)
     if path.is_dir():
         if iteration_log is not None:
             raise ValueError("--iteration-log: only for a vllm bench JSON (a run folder has timeseries.csv)")
         return load_llmservingsim_run(path)
+    if engine is None:
+        raise ValueError("--engine-args: a vllm bench JSON records no engine arguments; pass --engine-args "
+                         "FILE.json (the server's vLLM arguments, or a run's meta.json)")
     return load_vllm_bench(path, iteration_log, engine)
 
 
@@ -86,47 +90,57 @@ def load_llmservingsim_run(run_dir: str | Path) -> MeasuredRun:
     column = lambda key: np.array([float(r[key]) for r in rows])  # noqa: E731
     queued, first, last = column("queued_ts"), column("first_token_ts"), column("last_token_ts")
     t0 = float(queued[0])
-    # The folder is named <GPU>-<model> (RTXPRO6000-Llama-3.1-8B): the only record of the GPU.
-    engine = {**meta.get("engine_kwargs", {}), "vllm_version": meta.get("vllm_version"), "device": "cuda",
-              "device_name": run_dir.name.split("-", 1)[0]}
+    record = read_engine_record(meta, "meta.json")
+    # Older runs do not record the GPU: the folder is named <GPU>-<model> (RTXPRO6000-Llama-3.1-8B).
+    engine = {"device": "cuda", "device_name": run_dir.name.split("-", 1)[0], **record.values}
     prompt = np.array([int(r["input_toks"]) for r in rows])
     output = np.array([int(r["output_toks"]) for r in rows])
-    ids, notes = _workload_token_ids(run_dir, meta, rows)
-    notes.append("times from the engine's queued_ts (t=0 at the first request); "
-                 "TTFT and E2E from queued_ts, as the run's README defines them")
+    index = _bench_indices(rows)
+    ids, prompts_note = _workload_token_ids(run_dir, meta, prompt, index)
+    notes = ("times from the engine's queued_ts (t=0 at the first request); "
+             "TTFT and E2E from queued_ts, as the run's README defines them",)
     return MeasuredRun(
         name=run_dir.name, source=f"LLMServingSim vLLM run {run_dir}", arrival_s=queued - t0,
         num_prompt_tokens=prompt, num_output_tokens=output, ttft_s=first - queued, e2el_s=last - queued,
-        duration_s=float(last.max() - t0), engine_args=engine, prompt_token_ids=ids,
-        series=_timeseries(run_dir / "timeseries.csv"), notes=tuple(notes))
+        duration_s=float(last.max() - t0), engine_args=engine, engine_sources=record.sources,
+        prompt_token_ids=ids, workload_index=index, prompts_note=prompts_note,
+        series=_timeseries(run_dir / "timeseries.csv"), notes=notes)
 
 
-def _workload_token_ids(run_dir: Path, meta: dict, rows: list[dict]) -> tuple[tuple | None, list[str]]:
-    """The prompt token ids from the workload file, matched to requests by ``bench-<i>`` ids."""
+def _workload_token_ids(run_dir: Path, meta: dict, prompt_tokens: np.ndarray,
+                        index: np.ndarray | None) -> tuple[tuple | None, str]:
+    """The prompt token ids from the workload file ``meta.json`` names, when it is found and lines up."""
     name = meta.get("dataset_path")
     if not name:
-        return None, ["no dataset_path in meta.json: prompts without token ids (no prefix hits)"]
+        return None, "no dataset_path in meta.json: prompts without token ids (no prefix hits; see --prompts)"
     found = next((p for p in (run_dir / name, run_dir.parent.parent / name, run_dir.parent / name, Path(name))
                   if p.is_file()), None)
     if found is None:
-        return None, [f"workload {name} not found near {run_dir}: prompts without token ids (no prefix hits)"]
-    data = found.read_bytes()
-    if meta.get("dataset_hash") and hashlib.sha256(data).hexdigest() != meta["dataset_hash"]:
-        return None, [f"workload {found} does not match meta.json's dataset_hash: token ids not used"]
-    workload = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
-    ids = []
-    for r in rows:
-        index = _bench_index(r, len(workload))
-        entry = workload[index] if index is not None else None
-        if entry is None or len(entry.get("input_tok_ids", ())) != int(r["input_toks"]):
-            return None, [f"workload {found} does not line up with requests.jsonl: token ids not used"]
-        ids.append(tuple(int(t) for t in entry["input_tok_ids"]))
-    return tuple(ids), [f"prompt token ids from {found} (prefix caching sees the real prompts)"]
+        return None, (f"workload {name} not found near {run_dir}: prompts without token ids "
+                      f"(no prefix hits; see --prompts)")
+    if meta.get("dataset_hash") and hashlib.sha256(found.read_bytes()).hexdigest() != meta["dataset_hash"]:
+        return None, f"workload {found} does not match meta.json's dataset_hash: token ids not used"
+    try:
+        ids = match_prompts(read_prompts(found, "workload"), prompt_tokens, index, f"workload {found}")
+    except ValueError as exc:
+        return None, f"{exc}: token ids not used"
+    return ids, f"prompt token ids from {found} (prefix caching sees the real prompts)"
 
 
-def _bench_index(row: dict, n: int) -> int | None:
-    _, _, suffix = str(row.get("request_id", "")).rpartition("-")
-    return int(suffix) if suffix.isdigit() and int(suffix) < n else None
+def _bench_indices(rows: list[dict]) -> np.ndarray | None:
+    """Each row's ``bench-<i>``: its line in the workload; None unless every row has one."""
+    suffixes = [str(r.get("request_id", "")).rpartition("-")[2] for r in rows]
+    return np.array([int(s) for s in suffixes]) if all(s.isdigit() for s in suffixes) else None
+
+
+def with_prompts(run: MeasuredRun, path: Path) -> MeasuredRun:
+    """``--prompts FILE``: the run's prompt token ids from a JSONL trace (prompts.py matches them)."""
+    prompts = read_prompts(path)
+    ids = match_prompts(prompts, run.num_prompt_tokens, run.workload_index, f"--prompts: {path}")
+    extra = len(prompts) - len(run)
+    unused = f"; its last {extra} lines are not the run's" if extra > 0 else ""
+    return replace(run, prompt_token_ids=ids, prompts_note=f"prompt token ids from {path} (--prompts: "
+                                                           f"prefix caching sees the real prompts{unused})")
 
 
 def _timeseries(path: Path) -> MeasuredSeries | None:
@@ -147,8 +161,9 @@ def _timeseries(path: Path) -> MeasuredSeries | None:
 
 # -- vllm bench serve --------------------------------------------------------------------------------
 def load_vllm_bench(json_path: str | Path, iteration_log: str | Path | None = None,
-                    engine: dict[str, Any] | None = None) -> MeasuredRun:
-    """A ``--save-detailed`` bench file; ``engine`` defaults to the vllm-cpu tool's arguments."""
+                    engine: EngineRecord | dict | None = None) -> MeasuredRun:
+    """A ``--save-detailed`` bench file; ``engine``: the server's recorded arguments (None: none,
+    enough for reading latencies; ``load_measured`` refuses to simulate without them)."""
     json_path = Path(json_path)
     bench = _read_json(json_path, "--bench-json")
     missing = [k for k in ("ttfts", "latencies", "start_times", "input_lens", "output_lens", "duration")
@@ -160,19 +175,19 @@ def load_vllm_bench(json_path: str | Path, iteration_log: str | Path | None = No
     pick = lambda key: np.array([bench[key][i] for i in order], dtype=float)  # noqa: E731
     start, latency = pick("start_times"), pick("latencies")
     t0 = float((start + latency).max()) - float(bench["duration"])   # the main run's start
-    notes = [] if engine is not None else [
-        "bench file records no engine arguments: using the vllm-cpu tool's (fp32 tiny-llama, block 128, "
-        "1024 blocks, 32 seqs, 2048 tokens, prefix caching off)"]
+    if not isinstance(engine, EngineRecord):   # a plain dict of vLLM arguments works too
+        engine = read_engine_record(engine or {}, "engine arguments")
     queue = pick("queue_times") if "queue_times" in bench else None
     run = MeasuredRun(
         name=json_path.stem, source=f"vllm bench serve {json_path}", arrival_s=start - t0,
         num_prompt_tokens=pick("input_lens").astype(np.int64),
         num_output_tokens=pick("output_lens").astype(np.int64),
         ttft_s=pick("ttfts"), e2el_s=latency, duration_s=float(bench["duration"]),
-        engine_args=dict(VLLM_CPU_ENGINE_ARGS if engine is None else engine),
+        engine_args=dict(engine.values), engine_sources=dict(engine.sources),
+        workload_index=np.array(order, dtype=np.int64),   # vLLM lists results in the dataset's order
         client_arrival_s=None if queue is None else start - queue - t0,
         max_concurrency=bench.get("max_concurrency"), request_rate=_rate(bench.get("request_rate")),
-        notes=tuple(notes))
+        prompts_note="a bench file holds no prompt token ids: no prefix hits (see --prompts)")
     if iteration_log is None:
         return run
     return _with_iteration_log(run, bench, iteration_log)

@@ -18,15 +18,19 @@ from simulator.results.timeseries import EngineSeries
 from simulator.runner import RunOutput, prepare, simulate
 from simulator.scenario import validate_scenario
 from simulator.scenario.file import apply_overrides
-from simulator.validate.client_time import client_round_trip
+from simulator.validate.client_time import MIN_IDLE_REQUESTS, client_round_trip
 from simulator.validate.compare import Row, RunLatencies, compare
 from simulator.validate.cost import CostChoice, choose_cost_model, ms_option_s
+from simulator.validate.engine_settings import hardware_setting, resolve_model, resolved
 from simulator.validate.iteration_log import unlogged_step_time_s
-from simulator.validate.measured import MeasuredRun, load_measured
+from simulator.validate.measured import MeasuredRun, load_measured, with_prompts
 from simulator.validate.rebuild import (TRACE_FILE, RebuildOptions, arrivals_note, rebuild_scenario,
-                                        resolve_arrivals, resolve_hardware, resolve_model, write_trace)
+                                        resolve_arrivals, write_trace)
+from simulator.validate.record import read_engine_record
 
 VALIDATION_JSON, SCENARIO_YAML, SIMULATED_DIR = "validation.json", "scenario.yaml", "simulated"
+ENGINE_NOTE = ("engine arguments (recorded: read from the run's record; given: an option; derived: not "
+               "recorded, so servesim's choice):")
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,9 @@ class ValidateRequest:
     cost_model: str                      # profile name, model file, 'roofline' or 'fit'
     out_dir: Path
     iteration_log: Path | None = None
-    engine_args: dict | None = None      # for a bench file (default: the vllm-cpu tool's)
+    engine_args: dict | None = None      # a bench file's: a JSON of vLLM arguments, or a meta.json
+    engine_args_origin: str = "--engine-args"   # how the notes name where engine_args were read
+    prompts: Path | None = None          # JSONL of prompt token ids (measured.with_prompts)
     model: str | None = None
     hardware: str | None = None
     num_gpu_blocks: int | None = None
@@ -64,28 +70,29 @@ class Validation:
 def run_validation(request: ValidateRequest) -> Validation:
     out_dir = request.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    measured = load_measured(request.run, request.iteration_log, request.engine_args)
+    engine = None if request.engine_args is None else read_engine_record(request.engine_args,
+                                                                            request.engine_args_origin)
+    measured = load_measured(request.run, request.iteration_log, engine)
+    if request.prompts is not None:
+        measured = with_prompts(measured, request.prompts)
     model = resolve_model(measured, request.model)
-    cost = choose_cost_model(request.cost_model, measured, out_dir, model, request.step_overhead_ms,
+    cost = choose_cost_model(request.cost_model, measured, out_dir, model.value, request.step_overhead_ms,
                              request.fit_scope, request.num_gpu_blocks)
     arrivals = resolve_arrivals(measured, request.arrivals)
-    options = RebuildOptions(cost.block, resolve_hardware(measured, request.hardware, cost.hardware), model,
-                             request.num_gpu_blocks, request.gpu_memory_utilization,
-                             request.async_scheduling, arrivals)
+    hardware = hardware_setting(measured, request.hardware, cost.hardware)
+    options = RebuildOptions(cost.block, hardware.value, model.value, request.num_gpu_blocks,
+                             request.gpu_memory_utilization, request.async_scheduling, arrivals)
     trace = write_trace(measured, out_dir / TRACE_FILE, arrivals).resolve()
-    raw, notes = rebuild_scenario(measured, options, trace)
+    raw, settings = rebuild_scenario(measured, options, trace)
     raw = apply_overrides(raw, request.overrides)
     prepared = prepare(validate_scenario(raw))
     with ResultFolder(out_dir / SIMULATED_DIR) as files:
         output = simulate(prepared, prepared.runs[0], files=files)
         files.finish(output.summary)
-    client_s, client_notes = _client_s(request.client_overhead_ms, measured)
-    notes = list(measured.notes) + [arrivals_note(measured, arrivals)] + notes + cost.notes \
-        + _unlogged_note(measured) + client_notes
-    if "num_gpu_blocks" not in raw["engine"]:
-        notes.append(f"KV cache: {output.num_gpu_blocks} blocks derived from GPU memory at "
-                     f"gpu_memory_utilization {prepared.scenario.engine.gpu_memory_utilization} "
-                     f"(the run did not record its block count)")
+    client_s, client_notes = client_overhead_s(request.client_overhead_ms, measured)
+    settings = [model, hardware] + resolved(settings, raw, output.num_gpu_blocks, prepared.runs[0].options)
+    notes = list(measured.notes) + [measured.prompts_note, arrivals_note(measured, arrivals), ENGINE_NOTE] \
+        + [f"  {s.note()}" for s in settings] + cost.notes + _unlogged_note(measured) + client_notes
     simulated = RunLatencies.of_table(output.requests).plus_client_s(client_s)
     rows = compare(RunLatencies.of_measured(measured), simulated)
     validation = Validation(measured, cost, raw, output, rows, notes, client_s=client_s)
@@ -102,7 +109,7 @@ def _unlogged_note(measured: MeasuredRun) -> list[str]:
             f"more per step (schedule(), output processing: not in elapsed_ms)"]
 
 
-def _client_s(value: str | None, measured: MeasuredRun) -> tuple[float, list[str]]:
+def client_overhead_s(value: str | None, measured: MeasuredRun) -> tuple[float, list[str]]:
     """The client round trip added to simulated TTFT and E2E: given in ms, or measured (``auto``)."""
     if value is None:
         return 0.0, []
@@ -115,6 +122,10 @@ def _client_s(value: str | None, measured: MeasuredRun) -> tuple[float, list[str
     if trip is None:
         return 0.0, ["client round trip auto: not measurable here (no request found the engine idle and was "
                      "prefilled alone, or preemptions break the request-to-step mapping): 0 ms added"]
+    if trip.num_requests < MIN_IDLE_REQUESTS:
+        return 0.0, [f"client round trip auto: only {trip.num_requests} request(s) found the engine idle, "
+                     f"fewer than the {MIN_IDLE_REQUESTS} an estimate needs: 0 ms added (give it with "
+                     f"--client-overhead-ms MS, e.g. measured on a run of this server at concurrency 1)"]
     return max(trip.seconds, 0.0), [
         f"client round trip auto: {trip.seconds * 1e3:.2f} ms (sd {trip.sd_s * 1e3:.2f} ms over "
         f"{trip.num_requests} requests that found the engine idle: TTFT - prefill step - unlogged step "
@@ -141,7 +152,8 @@ def _write(v: Validation, out_dir: Path, plots: bool) -> None:
 def _report(v: Validation) -> dict:
     m = v.measured
     return {"run": {"name": m.name, "source": m.source, "num_requests": len(m),
-                    "engine_args": m.engine_args, "max_concurrency": m.max_concurrency,
+                    "engine_args": m.engine_args, "engine_sources": m.engine_sources,
+                    "max_concurrency": m.max_concurrency,
                     "request_rate": m.request_rate},
             "cost_model": {"description": v.cost.description, **v.cost.block},
             "client_round_trip_s": v.client_s,
