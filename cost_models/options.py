@@ -26,6 +26,7 @@ class Constraint:
     pattern: str | None = None
     min_length: int | None = None
     discriminator: str | None = None   # on a Union of options classes: the field naming the member
+    description: str | None = None     # the JSON Schema's: why the bounds are what they are
 
     def field_arguments(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
@@ -37,8 +38,9 @@ class Constraint:
 
 
 INT64_MAX = 2 ** 63 - 1   # counts live in int64 arrays: a larger one would overflow, not run
-PositiveInt = Annotated[int, Constraint(strict=True, gt=0, le=INT64_MAX)]
-NonNegativeInt = Annotated[int, Constraint(strict=True, ge=0, le=INT64_MAX)]
+_INT64_WHY = "at most 2**63 - 1: counts are kept in int64 columns"
+PositiveInt = Annotated[int, Constraint(strict=True, gt=0, le=INT64_MAX, description=_INT64_WHY)]
+NonNegativeInt = Annotated[int, Constraint(strict=True, ge=0, le=INT64_MAX, description=_INT64_WHY)]
 PositiveFloat = Annotated[float, Constraint(strict=True, gt=0)]
 NonNegativeFloat = Annotated[float, Constraint(strict=True, ge=0)]
 Fraction = Annotated[float, Constraint(strict=True, ge=0.0, lt=1.0)]

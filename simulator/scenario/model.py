@@ -34,7 +34,9 @@ from simulator.workload.generate import WorkloadSpec
 # well within a file system's 255 bytes per name.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 # The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.
-GpuBlocks = Annotated[int, Constraint(strict=True, ge=2, le=INT64_MAX)]
+GpuBlocks = Annotated[int, Constraint(
+    strict=True, ge=2, le=INT64_MAX,
+    description="at least 2 (vLLM's null block is one); the memory check bounds it further")]
 MAX_REPLICAS = 1024
 MAX_BLOCK_SIZE = 1 << 16
 Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
@@ -47,12 +49,16 @@ class EngineOptions:
     gpu_memory_utilization: UnitInterval = 0.92       # vLLM V1 default (semantics §8)
     # vLLM uses 16 (1 to 128 for attention; hybrid models' larger pages reach a few thousand);
     # the decode cohort keeps a counter per token of a block.
-    block_size: Annotated[int, Constraint(strict=True, ge=1, le=MAX_BLOCK_SIZE)] = 16
+    block_size: Annotated[int, Constraint(
+        strict=True, ge=1, le=MAX_BLOCK_SIZE,
+        description="at most 65536: the decode cohort keeps a counter per token of a block")] = 16
     num_gpu_blocks: GpuBlocks | None = None            # like num_gpu_blocks_override
     max_model_len: PositiveInt | None = None           # default: the model's context length
     # Each replica is a scheduler, a KV pool and a serve process, and least_loaded scans them
     # all per arrival: past a thousand, simulate one replica at its share of the load instead.
-    num_replicas: Annotated[int, Constraint(strict=True, ge=1, le=MAX_REPLICAS)] = 1
+    num_replicas: Annotated[int, Constraint(
+        strict=True, ge=1, le=MAX_REPLICAS,
+        description="at most 1024: each replica is a scheduler, a KV pool and a process")] = 1
     router: Literal["round_robin", "least_loaded"] = "round_robin"
     # `vllm serve` and the `LLM` class have different default budgets (trap 11).
     entrypoint: Literal["serve", "llm"] = "serve"
