@@ -1,15 +1,16 @@
-"""Properties every scheduler must keep on random small workloads (hypothesis, deterministic).
+"""Properties every scheduler must keep on random small workloads (hypothesis: fresh examples on
+every run under the default ``ci`` profile, a fixed sequence under ``repro``; tests/conftest.py).
 
 Each example draws a scheduler configuration (the five presets plus vLLM V0 with chunking, V1
 with chunking off, V1 with the priority policy, V1 with the older admission), the engine limits
 (block size, max_model_len, max_num_seqs, token budget, all respecting the startup checks of
 rule 1.2 [CFG]), a KV cache from tight (exactly what the longest request needs under the policy)
-to roomy, and up to 12 requests with random gaps, lengths and priorities. ``Probe`` wraps the
+to roomy, and up to 24 requests with random gaps, lengths and priorities. ``Probe`` wraps the
 scheduler's ``schedule``/``update_from_output``/``preempt`` and checks every step; the run's end is
 checked against per-request expectations. Every probed (step-by-step) run is also run on the
-engine's default path (decode fast-forward on) and must match it exactly. A second property goes
-through scenario dicts (validate_scenario + prepare + simulate): too small a KV cache is refused
-before the run, and an accepted scenario finishes and reproduces exactly from its seed.
+engine's default path (decode fast-forward on) and must match it exactly. Hand-worked cases on
+the same Probe: tests/test_properties_cases.py; the scenario path (validate_scenario + prepare +
+simulate): tests/test_properties_refusal.py and tests/test_properties_scenarios.py.
 
 Token accounting (checked exactly): every scheduled token is executed, since a batch is what the
 engine runs (rolled-back tokens, rule 2.5 priority, are removed from the batch first). A request
@@ -34,16 +35,16 @@ from cost_models.unit import UnitCostModel
 from simulator.engine.simulation import Simulation
 from simulator.kv.block_pool import KVCache
 from simulator.results.step_table import StepTable
-from simulator.engine.progress import NoProgressError
 from simulator.core.request import Request, RequestStatus
-from simulator.runner import prepare, simulate
-from simulator.scenario import ScenarioError, validate_scenario
-from simulator.policies.base import SchedulerContext
+from simulator.policies.base import SchedulerContext, SchedulerError
 from simulator.policies.registry import get_preset
 
-# Deterministic in CI: a fixed derivation of the seed, no example database.
-PROPERTY = settings(derandomize=True, database=None, deadline=None, max_examples=25,
+# Examples per CI run: 13 configs x 60 here, 50 in tests/test_properties_refusal.py and 7 presets
+# x 100 in tests/test_properties_scenarios.py: 1,530 in all. Randomness, database and deadline are
+# the profile's (tests/conftest.py): fresh examples each run, a fixed sequence under "repro".
+PROPERTY = settings(max_examples=60,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+ROOMY_BLOCKS = 1 << 20   # a pool no drawn request outgrows
 
 CONFIGS = {
     "static": {"preset": "static"},
@@ -100,20 +101,36 @@ def cases(draw, config: str) -> Case:
         options["watermark"] = draw(st.sampled_from([0.0, 0.0, 0.05]))
     if options["preset"] == "static":
         options["max_wait_s"] = draw(st.sampled_from([0.0, 0.5, 3.0]))
-    probe = build_scheduler(options, 2, block_size, max_model_len)
+    probe = build_scheduler(options, ROOMY_BLOCKS, block_size, max_model_len)
     max_prompt = min(probe.max_request_tokens(), max_model_len)
     rows = draw(st.lists(st.tuples(st.sampled_from([0.0, 0.0, 0.5, 1.0, 2.5, 6.0]),
                                    st.integers(1, max_prompt), st.integers(1, 40), st.integers(0, 2)),
-                         min_size=1, max_size=12))
+                         min_size=1, max_size=24))
     arrivals = np.cumsum([gap for gap, *_ in rows]).tolist()
     requests = tuple((a, p, o, prio) for a, (_, p, o, prio) in zip(arrivals, rows))
-    need = max(probe.blocks_to_finish(Request(0, 0.0, p, o)) for _, p, o, _ in requests)
+    need = smallest_pool(lambda blocks: build_scheduler(options, blocks, block_size, max_model_len),
+                         [Request(0, 0.0, p, o) for _, p, o, _ in requests])
     total = need + draw(st.integers(0, 3 * need))
-    if options["preset"] in ("vllm_v0", "sarathi"):   # admission keeps int(1% * total) free (§3, §4)
-        while total - int(probe.options.watermark * total) < need:
-            total += 1
     return Case(options, block_size, max_model_len, total + 1,   # + the null block (rule 2.1)
                 draw(st.sampled_from([1.0, 0.5])), draw(st.sampled_from([None, 1.5])), requests)
+
+
+def smallest_pool(make, requests: list[Request], limit: int = ROOMY_BLOCKS) -> int:
+    """The fewest usable blocks with which ``make(num_gpu_blocks)`` passes the policy's start-up
+    checks and holds every request alone (its ``blocks_to_finish``, watermark included). Both
+    only get easier as the pool grows, so bisect."""
+    def fits(total: int) -> bool:
+        try:
+            scheduler = make(total + 1)   # + the null block (rule 2.1)
+        except SchedulerError:
+            return False
+        return all(scheduler.blocks_to_finish(r) <= scheduler.kv.num_total_blocks for r in requests)
+    assert fits(limit), "no pool holds these requests"
+    low, high = 1, limit
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid + 1, high)
+    return low
 
 
 def expected_outputs(prompt: int, max_output: int, max_model_len: int) -> int:
@@ -130,7 +147,8 @@ class Probe:
         budgeted = case.options["preset"] in BUDGETED
         self.budget = scheduler.options.max_num_batched_tokens if budgeted else None
         self.executed_tokens = self.lost_tokens = 0
-        self.unlogged_preemptions = 0   # decided in a schedule() that produced no step
+        # Decided in a schedule() that produced no step: the engine counts them in the next step.
+        self.carried_preemptions = 0
         self.rows: list[tuple[int, int, int]] = []      # (tokens, seqs, preemptions) per executed step
         self.finishes: Counter[int] = Counter()
         self.start_c: dict[Request, int] = {}
@@ -163,11 +181,13 @@ class Probe:
             # Slots for C + n (rule 2.2 step 1, trap 2), capped at max_model_len.
             assert self.s.kv.num_blocks_of(r) * self.s.kv.block_size >= min(r.num_computed_tokens, self.case.max_model_len)
         if not batch:
-            self.unlogged_preemptions += batch.num_preempted
+            self.carried_preemptions += batch.num_preempted
         else:
             self.executed_tokens += batch.total_tokens
             pad = batch.num_padding_rows
-            self.rows.append((batch.total_tokens + pad, len(batch) + pad, batch.num_preempted))
+            preempted = batch.num_preempted + self.carried_preemptions
+            self.carried_preemptions = 0
+            self.rows.append((batch.total_tokens + pad, len(batch) + pad, preempted))
         return batch
 
     def preempt(self, victim: Request) -> None:
@@ -242,8 +262,8 @@ def check_step_log(scheduler, probe: Probe, requests: list[Request], steps: dict
     total = scheduler.num_preemptions
     assert total == sum(r.num_preemptions for r in requests)
     # A schedule() whose only candidate preempted itself yields no step (the engine schedules
-    # again at once), so the step log cannot hold that preemption: see the xfail below.
-    assert sum(preempted) + probe.unlogged_preemptions == total
+    # again at once) and its preemption is logged with the next step: none is left over at the end.
+    assert sum(preempted) == total and probe.carried_preemptions == 0
     assert np.all(steps["end_s"] > steps["start_s"])
     assert np.all(steps["start_s"][1:] >= steps["end_s"][:-1])           # steps never overlap
     assert steps["num_running"].max() <= probe.max_seats
@@ -264,144 +284,3 @@ def test_every_step_keeps_limits_and_every_request_finishes_exactly(config, data
     event("capped by max_model_len" if any(r.num_output_tokens < r.max_output_tokens for r in requests)
           else "no cap")
     event("KV full at some step" if steps["kv_usage"].max() == 1.0 else "KV never full")
-
-
-def test_static_hf_returns_one_chunk_without_inter_token_gaps():
-    # Minimal: one request, prompt 1, 2 outputs. Step 1 samples token 1 (t=1), step 2 token 2
-    # (t=2); the hf variant returns everything at batch end (trap 18): first = last = finish = 2
-    # and no inter-token gap (ITL is measured between chunks, §7).
-    case = Case({"preset": "static", "variant": "hf", "max_num_seqs": 1}, 16, 64, 10, 1.0, None,
-                ((0.0, 1, 2, 0),))
-    _, probe, requests, _ = run_case(case)
-    check_requests(case, requests, probe, check_gaps="one_chunk")
-    assert requests[0].first_token_s == 2.0
-
-
-PRIORITY_SELF_PREEMPTION = Case(
-    {"preset": "vllm_v1", "scheduling_policy": "priority", "max_num_seqs": 2,
-     "max_num_batched_tokens": 2}, 1, 8, 4, 1.0, None, ((0.0, 1, 3, 1), (0.5, 1, 3, 0)))
-
-
-def test_priority_self_preemption_empty_step_still_finishes_every_request():
-    # Hand-worked (block size 1, 3 usable blocks, each request peaks at 1 + 3 - 1 = 3 blocks):
-    # t=0 request 0 (priority 1) prefills alone (1 block); request 1 (priority 0) arrives at 0.5;
-    # t=1 request 0 decodes (2 blocks) and request 1 prefills (1 block): the pool is full; t=2
-    # request 0, first in running, needs a 3rd block and is itself the priority victim
-    # max(running, key=(priority, arrival, id)) (rule 2.5): Phase A ends (rule 1.2 A4) and
-    # Phase B is skipped (trap 4), an empty schedule. The engine must schedule again at once:
-    # request 1 decodes at t=2 and t=3 (its 2nd and 3rd blocks) and finishes at t=4; request 0
-    # (3 tokens, the full-ISL gate needs 3 blocks, rule 2.3) waits, then re-prefills 2 + 1 tokens
-    # under the budget of 2 and samples its 3rd token at t=6.
-    # Tokens: 8 executed = (1+3-1) + (1+3-1) + 2 lost by the preemption.
-    scheduler, probe, requests, steps = run_case(PRIORITY_SELF_PREEMPTION)
-    assert probe.unlogged_preemptions == scheduler.num_preemptions == 1
-    assert [r.finish_s for r in requests] == [6.0, 4.0]
-    assert steps["num_tokens"].tolist() == [1, 2, 1, 1, 2, 1]
-    assert steps["start_s"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]   # no idle gap at t=2
-
-
-def test_step_log_preemptions_add_up_to_the_run_total():
-    scheduler, _, _, steps = run_case(PRIORITY_SELF_PREEMPTION)
-    assert int(steps["num_preemptions"].sum()) == scheduler.num_preemptions
-
-
-def test_vllm_v0_budget_below_max_model_len_is_refused_or_finishes():
-    # Block size 1, 4 usable blocks, budget 2, two requests of prompt 1 / 3 outputs. t=0 both
-    # prefill, t=1 both decode (pool full), t=2 request 0's decode preempts the tail, request 1
-    # (§3: recompute, back to waiting with 2 outputs), t=3 request 1 must re-prefill 1 + 2 = 3
-    # tokens > budget 2: V0 never admits it (§3 step 1: break unless the sum fits the budget).
-    case = Case({"preset": "vllm_v0", "max_num_seqs": 2, "max_num_batched_tokens": 2}, 1, 8, 5,
-                1.0, None, ((0.0, 1, 3, 0), (0.0, 1, 3, 0)))
-    try:
-        build_scheduler(case.options, case.num_gpu_blocks, case.block_size, case.max_model_len)
-    except ValueError:
-        return   # refused at startup, as real V0 does
-    _, _, requests, _ = _simulate(case, probed=False)
-    assert all(r.finish_s is not None for r in requests)
-
-
-# -- the scenario path: validate_scenario + prepare + simulate ---------------------------------
-
-SCENARIO_PROPERTY = settings(PROPERTY, max_examples=30)
-
-
-def scenario_dict(preset: str, seed: int, block_size: int, max_model_len: int, num_gpu_blocks: int,
-                  num_requests: int, rate: float, max_num_seqs: int) -> dict:
-    scheduler = {"preset": preset, "max_num_seqs": max_num_seqs}
-    if preset in BUDGETED:   # >= max_model_len satisfies every preset's startup check
-        scheduler["max_num_batched_tokens"] = max(max_model_len, max_num_seqs)
-    return {
-        "name": "prop", "seed": seed, "model": "llama-2-7b", "hardware": "a100-80gb",
-        "cost_model": {"kind": "roofline"},
-        "engine": {"block_size": block_size, "num_gpu_blocks": num_gpu_blocks,
-                   "max_model_len": max_model_len},
-        "workload": {"arrival": {"kind": "poisson", "rate": rate}, "num_requests": num_requests,
-                     "prompt_len": {"kind": "uniform", "low": 1, "high": max_model_len - 1},
-                     "output_len": {"kind": "uniform", "low": 1, "high": max_model_len}},
-        "schedulers": [scheduler],
-    }
-
-
-def _needed_blocks(raw: dict) -> int:
-    """Blocks the policy needs for the worst request alone, watermark aside."""
-    roomy = dict(raw, engine=dict(raw["engine"], num_gpu_blocks=1_000_000))
-    trace = prepare(validate_scenario(roomy)).trace
-    peak = max(min(int(p) + int(o) - 1, raw["engine"]["max_model_len"])    # rule 2.2 example
-               for p, o in zip(trace.num_prompt_tokens, trace.max_output_tokens))
-    if raw["schedulers"][0]["preset"] in ("static", "orca"):
-        peak = raw["engine"]["max_model_len"]      # §5, §6: a whole context reserved up front
-    return -(-peak // raw["engine"]["block_size"])
-
-
-def _outcome(raw: dict, **kwargs) -> tuple:
-    prepared = prepare(validate_scenario(raw))
-    out = simulate(prepared, prepared.runs[0], **kwargs)
-    steps = out.steps.to_columns()
-    # A decode cohort sums squared gaps by differences of running sums: not bit for bit.
-    rows = [r._replace(itl_sq_sum_s2=None) for r in out.requests.rows()]
-    summary = {k: v for k, v in out.summary.items() if k != "std_itl_ms"}
-    return rows, {k: v.tolist() for k, v in steps.items()}, repr(summary)
-
-
-@SCENARIO_PROPERTY
-@given(preset=st.sampled_from(["static", "orca", "vllm_v0", "sarathi", "vllm_v1"]),
-       seed=st.integers(0, 2**32 - 1), block_size=st.sampled_from([1, 16]),
-       max_model_len=st.integers(32, 400), num_requests=st.integers(1, 12),
-       rate=st.sampled_from([5.0, 50.0, 1000.0]), max_num_seqs=st.integers(1, 8),
-       slack=st.sampled_from([-1, 0, 0, 1, 3, 50]))
-def test_prepare_refuses_too_small_kv_and_every_accepted_run_is_reproducible(
-        preset, seed, block_size, max_model_len, num_requests, rate, max_num_seqs, slack):
-    """Below the worst request's need (plus vllm_v0/sarathi's admission watermark of
-    int(1% of the blocks), §3 block manager, §4 can_allocate) the scenario is refused before the
-    run; at or above it the run finishes, and two runs of the same scenario dict (same seed) agree
-    exactly: every request's times and counts, every step-log column and the summary, with and
-    without fast-forward."""
-    raw = scenario_dict(preset, seed, block_size, max_model_len, 2, num_requests, rate, max_num_seqs)
-    need = _needed_blocks(raw)
-    total = need + slack
-    raw["engine"]["num_gpu_blocks"] = total + 1   # + the null block (rule 2.1)
-    hold = int(0.01 * total) if preset in ("vllm_v0", "sarathi") else 0
-    if total < need + hold:
-        event("refused" if slack >= 0 else "refused: one block short")
-        with pytest.raises(ScenarioError, match="too small|num_gpu_blocks"):
-            prepare(validate_scenario(raw))
-        return
-    first = _outcome(raw)
-    assert all(r[5] is not None for r in first[0])          # every request finished
-    assert _outcome(raw) == first                            # same seed, same bytes
-    assert _outcome(raw, fast_path=False) == first        # the fast path changes nothing
-
-
-@pytest.mark.parametrize("preset", ["vllm_v0", "sarathi"])
-def test_runner_refuses_a_prompt_the_watermark_never_admits(preset):
-    # Block size 16, 101 GPU blocks = 100 usable, watermark int(0.01 * 100) = 1 block. A
-    # 1600-token prompt needs 100 blocks; admission needs 100 + 1 > 100 free: never admitted,
-    # so the run must be refused up front rather than stall at t=0.
-    raw = scenario_dict(preset, 0, 16, 2048, 101, 1, 5.0, 1)
-    raw["workload"].update(prompt_len={"kind": "fixed", "value": 1600},
-                           output_len={"kind": "fixed", "value": 1})
-    with pytest.raises(ScenarioError, match="too small"):
-        prepare(validate_scenario(raw))
-    raw["engine"]["num_gpu_blocks"] = 103    # 102 usable, watermark 1: 100 + 1 <= 102
-    prepared = prepare(validate_scenario(raw))
-    assert simulate(prepared, prepared.runs[0]).summary["completed"] == 1

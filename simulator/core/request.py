@@ -24,6 +24,7 @@ class Request:
     num_computed_tokens: int = 0     # C: tokens whose KV is (or is being) computed
     num_output_tokens: int = 0
     num_output_placeholders: int = 0  # async scheduling: tokens in flight, not yet sampled
+    num_stale_samples: int = 0        # async: tokens in flight at a preemption, to be discarded
     status: RequestStatus = RequestStatus.WAITING
     running_seq: int = 0                  # order of (re-)entry into the running list
     num_preemptions: int = 0
@@ -88,6 +89,7 @@ class Request:
     def reset_for_recompute(self) -> None:
         """Recompute preemption: KV is dropped, outputs are kept and re-prefilled on resume."""
         self.num_computed_tokens = 0
+        self.num_stale_samples += self.num_output_placeholders   # computed on the dropped KV
         self.num_output_placeholders = 0
         self.status = RequestStatus.PREEMPTED
         self.num_preemptions += 1

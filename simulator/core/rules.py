@@ -28,8 +28,10 @@ def samples(request: Request, computed_after: int) -> bool:
 
 def output_limit(request: Request, max_model_len: int) -> int:
     """The output count at which a request stops (rule 1.3.2 with ignore_eos): max_tokens, or
-    the output that fills the context (num_tokens >= max_model_len)."""
-    return min(request.max_output_tokens, max_model_len - request.num_prompt_tokens)
+    the output that fills the context (num_tokens >= max_model_len); at least one, since a
+    prompt that fills the context (vLLM V0 admits one) still samples its first token."""
+    wanted, room = request.max_output_tokens, max_model_len - request.num_prompt_tokens
+    return wanted if wanted <= room else (room if room > 1 else 1)   # no call: a hot path
 
 
 def is_stopped(request: Request, max_model_len: int) -> bool:

@@ -101,9 +101,10 @@ class Simulation:
         for request in self.pending:
             now_s = env.now
             if request.arrival_s > now_s:
-                delay = request.arrival_s - now_s
-                self.next_arrival_s = now_s + delay   # the clock SimPy wakes this process at
-                yield env.timeout(delay)
+                # Land on the arrival time itself: now + (arrival - now) can miss it by a unit in
+                # the last place, which would shift the request's times and tie order with steps.
+                self.next_arrival_s = request.arrival_s
+                yield from self._sleep_until(request.arrival_s)
                 now_s = env.now
             while self.max_concurrency is not None and self.num_in_flight >= self.max_concurrency:
                 self.next_arrival_s = math.inf   # until a request finishes
@@ -142,18 +143,18 @@ class Simulation:
             start_s = env.now
             while len(in_flight) < depth:
                 batch = stepper.schedule(start_s)
-                batch.num_preempted += carried_preemptions
-                carried_preemptions = 0
                 if batch:
+                    batch.num_preempted += carried_preemptions
+                    carried_preemptions = 0
                     in_flight.append(batch)
                 elif batch.num_preempted:
                     # Preemption emptied the batch (e.g. the only candidate preempted itself):
                     # vLLM schedules again at once; the state changed, so this is progress. The
                     # count goes into the next logged step so steps.csv adds up.
                     watchdog.observe(0, batch.num_preempted, scheduler)
-                    carried_preemptions = batch.num_preempted
+                    carried_preemptions += batch.num_preempted
                 else:
-                    break
+                    break   # only this schedule's own preemptions count as progress
             if not in_flight:
                 yield from self._idle(replica)
                 continue

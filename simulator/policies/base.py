@@ -188,6 +188,11 @@ class Scheduler:
         for request, samples in zip(batch.requests, batch.samples):
             if not samples:
                 continue  # a partial prefill chunk emits nothing (trap 1)
+            if request.num_stale_samples:
+                # Scheduled before a preemption: discarded, even if the request is running
+                # again (steps end in order, so a request's stale rows end first).
+                request.num_stale_samples -= 1
+                continue
             if request.num_output_placeholders:
                 request.num_output_placeholders -= 1
             if request.status is not running:
