@@ -14,6 +14,7 @@ from cost_models.model_spec import ModelSpec, load_model
 from simulator.policies.defaults import default_max_num_batched_tokens, default_max_num_seqs
 from simulator.engine.simulation import Simulation, SimulationResult
 from simulator.kv.block_pool import KVCache
+from simulator.results.by_turn import by_turn
 from simulator.results.files import ResultFolder
 from simulator.results.footprint import (MemoryLimit, check_blocks_fit_memory, check_requests_fit_memory,
                                          check_run_fits_memory)
@@ -231,7 +232,7 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
                      prepared.cost_model, steps, num_requests=len(trace),
                      max_concurrency=trace.max_concurrency, router=scenario.engine.router,
                      on_finished=progress.wrap(requests.record) if progress else requests.record,
-                     fast_path=fast_path)
+                     fast_path=fast_path, sessions=trace.sessions)
     result = sim.run()
     requests.flush()
     steps.flush()
@@ -245,8 +246,10 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     hits = sum(kv.num_hit_tokens for kv in kvs)
     summary.update(prefix_cache_queries=queries, prefix_cache_hits=hits,
                    prefix_cache_hit_rate=hits / queries if queries else 0.0)
-    summary.update(steady_state(trace.arrival_s, requests.columns["scheduled_s"],
+    summary.update(steady_state(requests.columns["arrival_s"], requests.columns["scheduled_s"],
                                 requests.columns["finish_s"]).fields())
+    if trace.sessions is not None:
+        summary["turns"] = by_turn(trace.sessions.turn, requests.columns)
     summary.update(scheduler=run.label, preset=run.options.preset, num_gpu_blocks=run.num_gpu_blocks,
                    max_num_seqs=run.options.max_num_seqs,
                    max_num_batched_tokens=run.options.max_num_batched_tokens,

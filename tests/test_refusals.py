@@ -37,6 +37,7 @@ VARIANTS = {
                                  {"kind": "lognormal", "median": 8, "sigma": 0.5, "max": 64},
                                  {"kind": "sharegpt", "max": 1000}],
     ("workload", "lengths"): [{"kind": "vllm_random", "input_len": 16}, {"kind": "sharegpt"}],
+    ("workload", "sessions"): [{"num_turns": {"kind": "fixed", "value": 2}, "think_time_s": 1.0}],
 }
 # Words that say what is allowed, in pydantic's messages and ours.
 ALLOWED = re.compile(r"must|allowed|one of|should|expected|valid|greater|less|at (most|least)"
@@ -93,6 +94,8 @@ def _fields(schema: dict, node: dict, raw, path: tuple):
         target = _resolve(schema, prop)
         value = raw.get(name) if isinstance(raw, dict) else None
         if "properties" in target:
+            if value is None and target.get("required"):
+                continue   # a block with required fields: tested where VARIANTS gives one
             yield from _fields(schema, target, value or {}, (*path, name))
         elif "oneOf" in target:
             kind = value.get("kind") if isinstance(value, dict) else None

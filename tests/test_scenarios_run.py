@@ -33,6 +33,9 @@ def test_scenario_runs_and_every_scheduler_finishes_every_request(path: Path, tm
     outputs = run_scenario_file(path, tmp_path, small_overrides(raw), plots=False)
 
     num_requests = min(raw["workload"]["num_requests"], SMALL_NUM_REQUESTS)
+    sessions = raw["workload"].get("sessions")
+    if sessions:   # num_requests counts conversations, here of a fixed number of turns
+        num_requests *= sessions["num_turns"]["value"]
     assert len(outputs) == len(raw["schedulers"])
     for output in outputs:
         requests = output.requests.rows()

@@ -14,6 +14,7 @@ arrival, which leaves every such tie to SimPy as the steps one by one would.
 """
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from itertools import chain
@@ -59,13 +60,15 @@ class Simulation:
     """``requests``: in intended arrival order, made as the arrival process reaches them (an
     iterator of ``num_requests``; a list gives its own length). ``on_finished(requests)`` is
     told of every finished request once its fields no longer change; ``on_step(replica, batch,
-    shape)`` of every step (per-request views, so no fast path then)."""
+    shape)`` of every step (per-request views, so no fast path then). ``sessions``: the trace's
+    SessionColumns (simulator/workload/sessions.py): a later turn is sent its think time after
+    the turn it follows has finished, not at its row's arrival time."""
 
     def __init__(self, requests: Iterable[Request], schedulers: list[Scheduler],
                  cost_model: StepCostModel, step_log, *, num_requests: int | None = None,
                  max_concurrency: int | None = None, router: str = "round_robin",
                  on_step: Callable | None = None, on_finished: Callable | None = None,
-                 fast_path: bool = True):
+                 fast_path: bool = True, sessions=None):
         self.env = simpy.Environment()
         self.num_requests = len(requests) if num_requests is None else num_requests
         self.pending = iter(requests)
@@ -86,8 +89,16 @@ class Simulation:
         self.slot_freed: simpy.Event | None = None
         self.last_finish_s = 0.0
         self.first_sent_s: float | None = None
-        self.next_arrival_s = first.arrival_s if first is not None else math.inf
+        self._next_root_s = first.arrival_s if first is not None else math.inf
         self._rr = 0
+        self.sessions = sessions
+        self._follow_ups: dict[int, Request] = {}   # request id -> the turn sent after it
+        self._releases: list[float] = []            # when the turns waiting on think time go
+
+    @property
+    def next_arrival_s(self) -> float:
+        """When the next request reaches the engine, as far as is known now."""
+        return min(self._next_root_s, self._releases[0]) if self._releases else self._next_root_s
 
     def _stepper(self, scheduler: Scheduler, fast_path: bool):
         """The decode cohort where it may hold the policy's steady decoders, else the policy."""
@@ -98,30 +109,44 @@ class Simulation:
     # -- processes -------------------------------------------------------------------------------
     def arrivals(self):
         env = self.env
+        parent = None if self.sessions is None else self.sessions.parent
         for request in self.pending:
+            if parent is not None and parent[request.request_id] >= 0:
+                self._follow_ups[int(parent[request.request_id])] = request   # sent later
+                continue
             now_s = env.now
             if request.arrival_s > now_s:
                 # Land on the arrival time itself: now + (arrival - now) can miss it by a unit in
                 # the last place, which would shift the request's times and tie order with steps.
-                self.next_arrival_s = request.arrival_s
+                self._next_root_s = request.arrival_s
                 yield from self._sleep_until(request.arrival_s)
                 now_s = env.now
             while self.max_concurrency is not None and self.num_in_flight >= self.max_concurrency:
-                self.next_arrival_s = math.inf   # until a request finishes
+                self._next_root_s = math.inf   # until a request finishes
                 self.slot_freed = env.event()
                 yield self.slot_freed  # vLLM bench: the semaphore is taken before `start`
                 now_s = env.now
-            # The benchmark clock starts when the client sends (trap 15): record that time.
-            request.client_queue_s = now_s - request.arrival_s
-            request.arrival_s = now_s
-            if self.first_sent_s is None:
-                self.first_sent_s = now_s
-            self.num_in_flight += 1
-            replica = self.route()
-            replica.scheduler.add(request)
-            replica.notify()
-            self.next_arrival_s = now_s   # the next one is due now, until its delay is known
-        self.next_arrival_s = math.inf
+            self._send(request, now_s)
+            self._next_root_s = now_s   # the next one is due now, until its delay is known
+        self._next_root_s = math.inf
+
+    def _send(self, request: Request, now_s: float) -> None:
+        # The benchmark clock starts when the client sends (trap 15): record that time.
+        request.client_queue_s = now_s - request.arrival_s
+        request.arrival_s = now_s
+        if self.first_sent_s is None:
+            self.first_sent_s = now_s
+        self.num_in_flight += 1
+        replica = self.route()
+        replica.scheduler.add(request)
+        replica.notify()
+
+    def _send_next_turn(self, request: Request, at_s: float):
+        """A session's next turn, sent its think time after the last one finished."""
+        yield from self._sleep_until(at_s)
+        heapq.heappop(self._releases)
+        request.arrival_s = self.env.now
+        self._send(request, self.env.now)
 
     def route(self) -> Replica:
         if len(self.replicas) == 1:
@@ -181,9 +206,10 @@ class Simulation:
         """The cohort's coming decode steps carried out in one pass, then slept through; what
         others may see (finishes told to the engine, the step log) waits for the clock. Nothing
         reads the cohort meanwhile: the arrival process only queues requests."""
-        # Past a finish only if it cannot let anyone in and no closed-loop client waits to send.
+        # Past a finish only if it cannot let anyone in and no closed-loop client (or session's
+        # next turn) waits to send.
         through = (scheduler.decode_runs_through_finishes and not scheduler.finish_can_admit()
-                   and self.max_concurrency is None)
+                   and self.max_concurrency is None and self.sessions is None)
         waiting_before, running_before = len(scheduler.waiting), scheduler.num_running
         finishes: list[tuple[list, float]] = []
         done = cohort.decode_run(start_s, self.next_arrival_s, through,
@@ -230,9 +256,16 @@ class Simulation:
         self.last_finish_s = now_s
         if self.on_finished is not None:
             self.on_finished(finished)
+        if self._follow_ups:
+            for request in finished:
+                follow = self._follow_ups.pop(request.request_id, None)
+                if follow is not None:
+                    at_s = now_s + float(self.sessions.think_s[follow.request_id])
+                    heapq.heappush(self._releases, at_s)
+                    self.env.process(self._send_next_turn(follow, at_s))
         if self.slot_freed is not None and not self.slot_freed.triggered:
             self.slot_freed.succeed()
-            self.next_arrival_s = now_s  # the blocked client sends now
+            self._next_root_s = now_s  # the blocked client sends now
 
     # -- driver ----------------------------------------------------------------------------------
     def run(self) -> SimulationResult:

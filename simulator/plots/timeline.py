@@ -92,7 +92,7 @@ def record_timeline(prepared, run) -> SlotTimeline:
     recorder = TimelineRecorder(run.label, run.options.max_num_seqs)
     Simulation(make_requests(prepared.trace), schedulers, prepared.cost_model, recorder.step_log,
                max_concurrency=prepared.trace.max_concurrency, router=engine.router,
-               on_step=recorder).run()
+               on_step=recorder, sessions=prepared.trace.sessions).run()
     return _compact_lanes(recorder.timeline, run.options.max_num_seqs)
 
 

@@ -36,9 +36,9 @@ class SteadyState:
 
 def steady_state(arrival_s: np.ndarray, scheduled_s: np.ndarray, finish_s: np.ndarray,
                  rel_tol: float = STEADY_REL_TOL) -> SteadyState:
-    """From every request's arrival, first admission and finish times (NaN where it never got
-    there). All arrivals at one instant have no window: steady by definition (a closed batch)."""
-    arrival_s = np.sort(np.asarray(arrival_s, dtype=np.float64))
+    """From every request's arrival (when it was sent), first admission and finish times (NaN
+    where it never got there). All arrivals at one instant have no window: steady by definition (a closed batch)."""
+    arrival_s = np.sort(_finite(arrival_s))
     end_s = float(arrival_s[-1]) if len(arrival_s) else 0.0
     start_s = end_s / 2
     width_s = end_s - start_s

@@ -26,6 +26,7 @@ from cost_models.options import OPTIONS_CONFIG, Constraint, PositiveInt
 from simulator.workload.arrivals import ConstantArrivals, GammaArrivals, InfArrivals, PoissonArrivals
 from simulator.workload.lengths import (EmpiricalLength, FixedLength, LognormalLength, UniformLength,
                                         VllmRandomLengths, invalid)
+from simulator.workload.sessions import SessionsSpec, session_rows
 from simulator.workload.sharegpt import SharegptLength, SharegptLengths
 from simulator.workload.traces import (MAX_ARRIVAL_S, TraceArrivals, WorkloadTrace,
                                        first_arrival_too_late)
@@ -93,6 +94,7 @@ class WorkloadSpec:
     max_concurrency: PositiveInt | None = None
     lengths: JointLengthSpec | None = None
     priority: PriorityChoice | None = None
+    sessions: SessionsSpec | None = None   # multi-turn conversations (simulator/workload/sessions.py)
     __pydantic_config__ = OPTIONS_CONFIG
 
     def __post_init__(self) -> None:
@@ -102,6 +104,7 @@ class WorkloadSpec:
                 object.__setattr__(self, name, getattr(self, name).for_field(name))
         self._check_size()
         self._check_lengths()
+        self._check_sessions()
         c = self.max_concurrency
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise invalid("WorkloadSpec.max_concurrency", c, "an integer >= 1 or null")
@@ -150,9 +153,22 @@ class WorkloadSpec:
                              "or lengths: {kind: vllm_random, ...}")
 
 
+    def _check_sessions(self) -> None:
+        if self.sessions is None:
+            return
+        clash = ("arrival kind 'trace'" if self.is_trace else "max_concurrency"
+                 if self.max_concurrency is not None else "lengths" if self.lengths is not None
+                 else None)
+        if clash is not None:
+            raise ValueError(f"WorkloadSpec.sessions: not allowed with {clash} (sessions send each "
+                             f"turn after the last; prompt_len is a turn's new message)")
+
+
 def generate_workload(spec: WorkloadSpec, rng: np.random.Generator) -> WorkloadTrace:
     """Generate the requests of ``spec``, drawing from ``rng`` in the documented order."""
-    if spec.is_trace:
+    if spec.sessions is not None:
+        trace = _session_workload(spec, rng)
+    elif spec.is_trace:
         trace = _trace_workload(spec)
     elif spec.num_requests is not None:
         prompt, output, token_ids = _lengths(spec, spec.num_requests, rng)
@@ -191,6 +207,25 @@ def _lengths(spec: WorkloadSpec, n: int, rng: np.random.Generator
         return spec.lengths.sample(n, rng)
     prompt = spec.prompt_len.sample(n, rng)
     return prompt, spec.output_len.sample(n, rng), None
+
+
+def _session_workload(spec: WorkloadSpec, rng: np.random.Generator) -> WorkloadTrace:
+    """Sessions (simulator/workload/sessions.py): ``num_requests`` counts sessions."""
+    if spec.num_requests is not None:
+        starts_s = None
+        num_sessions = spec.num_requests
+    else:
+        starts_s = spec.arrival.arrival_times_until_s(spec.duration_s, rng)
+        num_sessions = starts_s.size
+    num_turns = spec.sessions.num_turns.sample(num_sessions, rng)
+    total = int(num_turns.sum())
+    user_lens = spec.prompt_len.sample(total, rng)
+    output_lens = spec.output_len.sample(total, rng)
+    if starts_s is None:
+        starts_s = spec.arrival.arrival_times_s(num_sessions, rng)
+    rows = session_rows(spec.sessions, num_turns, user_lens, output_lens, starts_s, rng)
+    return WorkloadTrace(rows.starts_s, rows.num_prompt_tokens, rows.max_output_tokens,
+                         rows.prompt_token_ids, sessions=rows.columns)
 
 
 def _trace_workload(spec: WorkloadSpec) -> WorkloadTrace:

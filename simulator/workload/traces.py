@@ -41,6 +41,7 @@ class WorkloadTrace:
     prompt_token_ids: tuple[tuple[int, ...], ...] | None = None
     priority: np.ndarray | None = None         # int64; None: every request has priority 0
     max_concurrency: int | None = None         # vLLM bench's client-side semaphore; None: unlimited
+    sessions: object = None                    # SessionColumns of a multi-turn workload (sessions.py)
 
     def __post_init__(self) -> None:
         set_ = functools.partial(object.__setattr__, self)
@@ -62,6 +63,8 @@ class WorkloadTrace:
         for name, column in columns.items():
             if column.ndim != 1 or column.size != n:
                 raise ValueError(f"WorkloadTrace.{name}: {column.size} values for {n} arrivals")
+        if self.sessions is not None and len(self.sessions) != n:
+            raise ValueError(f"WorkloadTrace.sessions: {len(self.sessions)} rows for {n} arrivals")
         if self.prompt_token_ids is not None and len(self.prompt_token_ids) != n:
             raise ValueError(f"WorkloadTrace.prompt_token_ids: {len(self.prompt_token_ids)} rows "
                              f"for {n} arrivals")
@@ -84,6 +87,9 @@ class WorkloadTrace:
                  ("max_output_tokens", self.max_output_tokens)]
         if self.priority is not None:
             parts.append(("priority", self.priority))
+        if self.sessions is not None:
+            parts += [("sessions.turn", self.sessions.turn), ("sessions.parent", self.sessions.parent),
+                      ("sessions.think_s", self.sessions.think_s)]
         if self.prompt_token_ids is not None:
             sizes = np.fromiter((len(ids) for ids in self.prompt_token_ids), np.int64, len(self))
             flat = np.fromiter((t for ids in self.prompt_token_ids for t in ids), np.int64, int(sizes.sum()))
@@ -95,7 +101,10 @@ class WorkloadTrace:
         return digest.hexdigest()
 
     def slice(self, start: int | None = None, stop: int | None = None) -> WorkloadTrace:
-        """Requests ``start:stop`` (arrival times unchanged)."""
+        """Requests ``start:stop`` (arrival times unchanged); not of sessions, whose turns point
+        at each other."""
+        if self.sessions is not None:
+            raise ValueError("workload.sessions: a session workload cannot be cut")
         rows = slice(start, stop)
         return WorkloadTrace(
             self.arrival_s[rows], self.num_prompt_tokens[rows], self.max_output_tokens[rows],
