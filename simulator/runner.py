@@ -12,6 +12,7 @@ from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
 from simulator.policies.defaults import default_max_num_batched_tokens, default_max_num_seqs
+from simulator.engine.routing import replica_summaries, router_for
 from simulator.engine.simulation import Simulation, SimulationResult
 from simulator.kv.block_pool import KVCache
 from simulator.results.by_turn import by_turn
@@ -230,7 +231,7 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     steps = StepTable(sink=files.steps if files is not None else None)
     sim = Simulation(iter_requests(trace, scenario.metrics.record_itl_gaps), schedulers,
                      prepared.cost_model, steps, num_requests=len(trace),
-                     max_concurrency=trace.max_concurrency, router=scenario.engine.router,
+                     max_concurrency=trace.max_concurrency, router=router_for(scenario.engine),
                      on_finished=progress.wrap(requests.record) if progress else requests.record,
                      fast_path=fast_path, sessions=trace.sessions)
     result = sim.run()
@@ -246,6 +247,8 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     hits = sum(kv.num_hit_tokens for kv in kvs)
     summary.update(prefix_cache_queries=queries, prefix_cache_hits=hits,
                    prefix_cache_hit_rate=hits / queries if queries else 0.0)
+    if len(schedulers) > 1:
+        summary["replicas"] = replica_summaries(result.replicas, sim.num_routed)
     summary.update(steady_state(requests.columns["arrival_s"], requests.columns["scheduled_s"],
                                 requests.columns["finish_s"]).fields())
     if trace.sessions is not None:

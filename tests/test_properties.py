@@ -39,8 +39,8 @@ from simulator.core.request import Request, RequestStatus
 from simulator.policies.base import SchedulerContext, SchedulerError
 from simulator.policies.registry import get_preset
 
-# Examples per CI run: 13 configs x 60 here, 50 in tests/test_properties_refusal.py and 7 presets
-# x 100 in tests/test_properties_scenarios.py: 1,530 in all. Randomness, database and deadline are
+# Examples per CI run: 15 configs x 60 here, 50 in tests/test_properties_refusal.py and 8 presets
+# x 100 in tests/test_properties_scenarios.py: 1,750 in all. Randomness, database and deadline are
 # the profile's (tests/conftest.py): fresh examples each run, a fixed sequence under "repro".
 PROPERTY = settings(max_examples=60,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -60,6 +60,9 @@ CONFIGS = {
     "vllm_v1_older": {"preset": "vllm_v1", "reserve_full_isl": False},
     "vllm_v1_async": {"preset": "vllm_v1", "async_scheduling": True},
     "vllm_v1_no_prefix_cache": {"preset": "vllm_v1", "enable_prefix_caching": False},
+    "sglang": {"preset": "sglang"},
+    "sglang_mixed_chunk": {"preset": "sglang", "enable_mixed_chunk": True, "chunked_prefill_size": 16,
+                           "new_token_ratio_decay_steps": 1},
 }
 BUDGETED = {"vllm_v0", "sarathi", "vllm_v1"}   # presets with a per-step token budget
 

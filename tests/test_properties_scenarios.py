@@ -6,7 +6,7 @@ too), KV caches from one block short of the longest request's need to roomy, the
 with equal priorities and equal arrival instants (``inf`` bursts, closed loops, constant rates on
 the unit step's grid, traces with repeated ``arrival_s``), prefix caching on and off over shared
 prompt prefixes (``vllm_random`` token ids, trace token ids), async scheduling, several replicas
-under both routers, and a minority of runs with a few hundred requests. The cost model is
+under every router, and a minority of runs with a few hundred requests. The cost model is
 ``unit``, so a run costs its steps only.
 
 Every run is refused up front with a ScenarioError exactly when some request cannot run alone
@@ -32,6 +32,7 @@ import yaml
 from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
+from simulator.engine.routing import router_names
 from simulator.kv.block_pool import KVCache
 from simulator.core.request import Request
 from simulator.policies.registry import get_preset, preset_names
@@ -41,8 +42,8 @@ from simulator.scenario.file import parse_yaml
 from tests.test_properties import ROOMY_BLOCKS, expected_outputs, smallest_pool
 from tests.test_properties_refusal import _outcome
 
-# 7 presets x 100 = 700 examples per run; with 13 x 60 in tests/test_properties.py and 50 in
-# tests/test_properties_refusal.py, 1,530 per CI run, from a fresh seed each run (conftest.py).
+# 8 presets x 100 = 800 examples per run; with 15 x 60 in tests/test_properties.py and 50 in
+# tests/test_properties_refusal.py, 1,750 per CI run, from a fresh seed each run (conftest.py).
 SCENARIOS = settings(max_examples=100)
 BUDGETED = {"vllm_v0", "sarathi", "vllm_v1", "vllm_v1_spf"}   # a per-step token budget
 V1 = {"vllm_v1", "vllm_v1_spf"}
@@ -61,6 +62,12 @@ def scheduler_entries(draw, preset: str, max_model_len: int, large: bool) -> dic
         entry["max_wait_s"] = draw(st.sampled_from([0.0, 0.0, 0.5, 3.0]))
     elif family == "orca":
         entry["reserve"] = draw(st.sampled_from(["max_model_len", "request"]))
+    elif family == "sglang":   # docs/sglang-semantics.md
+        entry["chunked_prefill_size"] = draw(st.sampled_from([-1, 16, 64, 8192]))
+        entry["enable_mixed_chunk"] = draw(st.booleans())
+        entry["schedule_policy"] = draw(st.sampled_from(["fcfs", "lpm", "dfs-weight"]))
+        entry["disable_radix_cache"] = draw(st.booleans())
+        entry["new_token_ratio_decay_steps"] = draw(st.sampled_from([1, 600]))
     if family not in BUDGETED:
         return entry
     chunking = family == "sarathi"
@@ -177,7 +184,7 @@ def scenarios(draw, preset: str, trace_dir) -> tuple[dict, str]:
     replicas = draw(st.sampled_from([1, 1, 1, 2, 3]))
     if replicas > 1:
         engine.update(num_replicas=replicas,
-                      router=draw(st.sampled_from(["round_robin", "least_loaded"])))
+                      router=draw(st.sampled_from(router_names())))
     cost = {"kind": "unit", "fixed_step_time_s": draw(st.sampled_from([1.0, 0.5, 0.01]))}
     prefill = draw(st.sampled_from([None, None, 2.0, 0.25]))
     if prefill is not None:

@@ -27,6 +27,7 @@ from cost_models.base import StepCostModel
 from simulator.core.batch import Batch
 from simulator.core.request import Request
 from simulator.engine.progress import NoProgressError, ProgressWatchdog, diagnose_stall
+from simulator.engine.routing import Router, make_router
 from simulator.fastpath.cohort import DecodeCohort
 from simulator.policies.base import Scheduler
 
@@ -66,7 +67,7 @@ class Simulation:
 
     def __init__(self, requests: Iterable[Request], schedulers: list[Scheduler],
                  cost_model: StepCostModel, step_log, *, num_requests: int | None = None,
-                 max_concurrency: int | None = None, router: str = "round_robin",
+                 max_concurrency: int | None = None, router: str | Router = "round_robin",
                  on_step: Callable | None = None, on_finished: Callable | None = None,
                  fast_path: bool = True, sessions=None):
         self.env = simpy.Environment()
@@ -78,7 +79,7 @@ class Simulation:
         self.cost_model = cost_model
         self.step_log = step_log
         self.max_concurrency = max_concurrency
-        self.router = router
+        self.router = make_router(router) if isinstance(router, str) else router
         self.on_step = on_step
         self.on_finished = on_finished
         self.replicas = [Replica(i, s, self._stepper(s, fast_path)) for i, s in enumerate(schedulers)]
@@ -90,7 +91,7 @@ class Simulation:
         self.last_finish_s = 0.0
         self.first_sent_s: float | None = None
         self._next_root_s = first.arrival_s if first is not None else math.inf
-        self._rr = 0
+        self.num_routed = [0] * len(self.replicas)   # requests sent to each replica
         self.sessions = sessions
         self._follow_ups: dict[int, Request] = {}   # request id -> the turn sent after it
         self._releases: list[float] = []            # when the turns waiting on think time go
@@ -137,7 +138,7 @@ class Simulation:
         if self.first_sent_s is None:
             self.first_sent_s = now_s
         self.num_in_flight += 1
-        replica = self.route()
+        replica = self.route(request)
         replica.scheduler.add(request)
         replica.notify()
 
@@ -148,13 +149,11 @@ class Simulation:
         request.arrival_s = self.env.now
         self._send(request, self.env.now)
 
-    def route(self) -> Replica:
-        if len(self.replicas) == 1:
-            return self.replicas[0]
-        if self.router == "least_loaded":
-            return min(self.replicas, key=lambda r: r.scheduler.num_unfinished)
-        self._rr = (self._rr + 1) % len(self.replicas)
-        return self.replicas[self._rr]
+    def route(self, request: Request) -> Replica:
+        """The replica the router picks (engine/routing.py); a lone one needs no asking."""
+        index = self.router.pick(request, self.replicas) if len(self.replicas) > 1 else 0
+        self.num_routed[index] += 1
+        return self.replicas[index]
 
     def serve(self, replica: Replica):
         env, scheduler, stepper, cost = self.env, replica.scheduler, replica.stepper, self.cost_model

@@ -99,6 +99,10 @@ class KVCache:
         """Tokens of the request's prompt already cached (0: see PrefixCachingKVCache)."""
         return 0
 
+    def cached_prefix_tokens(self, request: Request, hashes=None) -> int:
+        """What lookup_prefix would answer, changing nothing (0: see PrefixCachingKVCache)."""
+        return 0
+
     def blocks_to_admit(self, request: Request, total_tokens: int, num_hit_tokens: int) -> int:
         """Free blocks that admitting the request with ``total_tokens`` would use."""
         return self.blocks_needed(request, total_tokens)

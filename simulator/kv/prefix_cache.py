@@ -71,18 +71,34 @@ class PrefixCachingKVCache(KVCache):
             if not self._num_shareable(request):
                 return 0   # nothing is cached under a hash or a key yet
             self._assign_ids()
+        hits = self._cached_prefix_blocks(request, self._hashes)
+        self._hits[request] = hits
+        return len(hits) * self.block_size
+
+    def cached_prefix_tokens(self, request: Request, hashes: BlockHashes | None = None) -> int:
+        """What lookup_prefix would answer now, changing nothing (a router asks every replica):
+        ``hashes`` is a scratch BlockHashes of this block size, shared across the replicas asked
+        so a request's chain is hashed once; by default a fresh one."""
+        if self._counting:
+            return 0   # no block carries a hash or a key yet: nothing can hit
+        if hashes is None or hashes.block_size != self.block_size:
+            hashes = BlockHashes(self.block_size)
+        return len(self._cached_prefix_blocks(request, hashes)) * self.block_size
+
+    def _cached_prefix_blocks(self, request: Request, hashes: BlockHashes) -> list[int]:
+        """The cached blocks of the request's longest cached prefix (rule 2.4), short of its last
+        token: shared blocks by chain hash, then its own keyed blocks (after a preemption)."""
         hits = []
         shareable, own = self._num_shareable(request), self._own.get(request, {})
         for index in range((request.num_tokens - 1) // self.block_size):
             if index < shareable:
-                block = self._cached_block(self._hashes.hash_of(request, index))
+                block = self._cached_block(hashes.hash_of(request, index))
             else:
                 block = own.get(index)
             if block is None:
                 break
             hits.append(block)
-        self._hits[request] = hits
-        return len(hits) * self.block_size
+        return hits
 
     def blocks_to_admit(self, request: Request, total_tokens: int, num_hit_tokens: int) -> int:
         """Free blocks an admission uses: new blocks plus cached hits that sit in the free queue."""

@@ -16,6 +16,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from simulator.engine.routing import router_for
 from simulator.engine.simulation import Simulation
 from simulator.kv.block_pool import KVCache
 from simulator.results.atomic import atomic_write
@@ -91,7 +92,7 @@ def record_timeline(prepared, run) -> SlotTimeline:
                                     run.context) for _ in range(engine.num_replicas)]
     recorder = TimelineRecorder(run.label, run.options.max_num_seqs)
     Simulation(make_requests(prepared.trace), schedulers, prepared.cost_model, recorder.step_log,
-               max_concurrency=prepared.trace.max_concurrency, router=engine.router,
+               max_concurrency=prepared.trace.max_concurrency, router=router_for(engine),
                on_step=recorder, sessions=prepared.trace.sessions).run()
     return _compact_lanes(recorder.timeline, run.options.max_num_seqs)
 

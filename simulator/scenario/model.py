@@ -27,6 +27,7 @@ from cost_models.options import (INT64_MAX, Bool, Constraint, NonNegativeInt, Po
 from simulator.scenario.errors import ScenarioError  # noqa: F401 (its home for callers)
 from simulator.scenario.field_names import unknown_field_hint
 from simulator.scenario.file import read_raw_scenario
+from simulator.engine.routing import DEFAULT_LOAD_BOUND, router_names
 from simulator.policies.registry import get_preset, preset_names
 from simulator.workload.generate import WorkloadSpec
 
@@ -40,6 +41,7 @@ GpuBlocks = Annotated[int, Constraint(
 MAX_REPLICAS = 1024
 MAX_BLOCK_SIZE = 1 << 16
 Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
+RouterName = Literal[router_names()]   # the registered routers (simulator/engine/routing.py)
 
 
 @options_config
@@ -54,12 +56,15 @@ class EngineOptions:
         description="at most 65536: the decode cohort keeps a counter per token of a block")] = 16
     num_gpu_blocks: GpuBlocks | None = None            # like num_gpu_blocks_override
     max_model_len: PositiveInt | None = None           # default: the model's context length
-    # Each replica is a scheduler, a KV pool and a serve process, and least_loaded scans them
-    # all per arrival: past a thousand, simulate one replica at its share of the load instead.
+    # Each replica is a scheduler, a KV pool and a serve process, and every router but round_robin
+    # scans them all per arrival: past a thousand, simulate one replica at its share of the load.
     num_replicas: Annotated[int, Constraint(
         strict=True, ge=1, le=MAX_REPLICAS,
         description="at most 1024: each replica is a scheduler, a KV pool and a process")] = 1
-    router: Literal["round_robin", "least_loaded"] = "round_robin"
+    router: RouterName = "round_robin"
+    # prefix_affinity's bound: unfinished requests above the least loaded replica's. Other
+    # routers ignore it, so a sweep over engine.router can keep one value.
+    router_load_bound: NonNegativeInt = DEFAULT_LOAD_BOUND
     # `vllm serve` and the `LLM` class have different default budgets (trap 11).
     entrypoint: Literal["serve", "llm"] = "serve"
 
