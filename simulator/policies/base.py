@@ -45,6 +45,7 @@ class Scheduler:
     # decode on) when nothing can be admitted; False for policies with their own finish rules.
     decode_runs_through_finishes = True
     checks_pool_at_startup = False   # vLLM's presets refuse a pool below one max_model_len request
+    prefix_cache_class: ClassVar[type[KVCache] | None] = None   # the pool of enable_prefix_caching
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
@@ -64,8 +65,10 @@ class Scheduler:
     # -- hooks a policy may override ---------------------------------------------------------
     @classmethod
     def kv_cache_class(cls, options) -> type[KVCache]:
-        """The KV pool these options run on."""
-        return KVCache
+        """The KV pool these options run on: the policy's prefix cache where its options turn
+        prefix caching on, else plain counted blocks."""
+        caching = cls.prefix_cache_class is not None and getattr(options, "enable_prefix_caching", False)
+        return cls.prefix_cache_class if caching else KVCache
 
     @classmethod
     def make_kv_cache(cls, options, num_gpu_blocks: int, block_size: int) -> KVCache:

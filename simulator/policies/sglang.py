@@ -14,7 +14,6 @@ from cost_models.options import Constraint
 from simulator.core import rules
 from simulator.core.batch import Batch
 from simulator.core.request import Request
-from simulator.kv.block_pool import KVCache
 from simulator.kv.radix_cache import RadixKVCache
 from simulator.policies.base import Scheduler, SchedulerError
 from simulator.policies.options import (Bool, Fraction, NonNegativeFloat, PositiveInt,
@@ -54,12 +53,9 @@ class SglangOptions(SchedulerOptions):
 class SglangScheduler(Scheduler):
     family = "continuous"
     Options = SglangOptions
+    prefix_cache_class = RadixKVCache
     # Retraction picks its victim by a key of its own over every running request (S8).
     may_hold_decoders = False
-
-    @classmethod
-    def kv_cache_class(cls, options) -> type[KVCache]:
-        return KVCache if options.disable_radix_cache else RadixKVCache
 
     def make_waiting_queue(self):
         return FCFSQueue()   # lpm reorders it in place each step (S9)

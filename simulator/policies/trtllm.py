@@ -8,7 +8,6 @@ from typing import Literal
 from simulator.core import rules
 from simulator.core.batch import Batch
 from simulator.core.request import Request, RequestStatus
-from simulator.kv.block_pool import KVCache
 from simulator.kv.prefix_cache import PrefixCachingKVCache
 from simulator.policies.base import Scheduler, SchedulerContext, SchedulerError
 from simulator.policies.options import (Bool, Fraction, PositiveInt, SchedulerOptions,
@@ -38,6 +37,11 @@ class TrtllmOptions(SchedulerOptions):
         """vLLM's name, read by the shared default rule (base.resolve_defaults)."""
         return self.enable_chunked_context
 
+    @property
+    def enable_prefix_caching(self) -> bool:
+        """The common name base.kv_cache_class and the summaries read."""
+        return self.enable_block_reuse
+
 
 @register_scheduler("trtllm", description="TensorRT-LLM in-flight batching: capacity scheduler "
                     "(GUARANTEED_NO_EVICT reserves prompt + max_tokens; MAX_UTILIZATION pauses "
@@ -46,10 +50,7 @@ class TrtllmScheduler(Scheduler):
     family = "continuous"
     serves_running_in_order = True
     Options = TrtllmOptions
-
-    @classmethod
-    def kv_cache_class(cls, options) -> type[KVCache]:
-        return PrefixCachingKVCache if options.enable_block_reuse else KVCache
+    prefix_cache_class = PrefixCachingKVCache
 
     def resolve_defaults(self, options, context: SchedulerContext):
         """T1: TensorRT-LLM's names and defaults fill vLLM's common fields."""

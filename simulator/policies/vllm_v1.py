@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from simulator.core import rules
 from simulator.core.batch import Batch
 from simulator.core.request import Request
-from simulator.kv.block_pool import KVCache
 from simulator.kv.prefix_cache import PrefixCachingKVCache
 from simulator.policies.base import Scheduler
 from simulator.policies.options import Bool, Fraction, NonNegativeInt, SchedulerOptions, options_config
@@ -35,10 +34,7 @@ class VllmV1Scheduler(Scheduler):
     supports_priority = True
     serves_running_in_order = True
     Options = VllmV1Options
-
-    @classmethod
-    def kv_cache_class(cls, options) -> type[KVCache]:
-        return PrefixCachingKVCache if options.enable_prefix_caching else KVCache
+    prefix_cache_class = PrefixCachingKVCache
 
     def make_waiting_queue(self):
         return PriorityQueue() if self.options.scheduling_policy == "priority" else FCFSQueue()
