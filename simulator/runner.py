@@ -12,6 +12,7 @@ from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
 from simulator.policies.defaults import default_max_num_batched_tokens, default_max_num_seqs
+from simulator.engine.disaggregation import KVLink, PoolPlan
 from simulator.engine.routing import replica_summaries, router_for
 from simulator.engine.simulation import Simulation, SimulationResult
 from simulator.kv.block_pool import KVCache
@@ -39,6 +40,18 @@ class PreparedRun:
     scheduler_cls: type[Scheduler]
     num_gpu_blocks: int
     context: SchedulerContext
+    pools: tuple["PreparedPool", ...] = ()   # P/D: the prefill pool, then the decode pool
+
+
+@dataclass(eq=False)
+class PreparedPool:
+    """One pool of a disaggregated run: its replicas' GPU, parallelism, KV blocks and cost model."""
+    name: str
+    num_replicas: int
+    hardware: HardwareSpec
+    tensor_parallel_size: int
+    num_gpu_blocks: int
+    cost_model: StepCostModel
 
 
 @dataclass(eq=False, repr=False)   # likewise; its repr would print the whole workload
@@ -67,22 +80,32 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
         cost_options = {k: v for k, v in scenario.cost_model.items() if k != "kind"}
         cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
         runs = [_prepare_run(scenario, model, hardware, o) for o in options]
+        if scenario.disaggregation is not None:
+            runs = [_with_pools(scenario, model, hardware, run) for run in runs]
         for run in runs:
             pool = run.scheduler_cls.kv_cache_class(run.options)
-            check_blocks_fit_memory(run.num_gpu_blocks, pool.TABLE_BYTES_PER_BLOCK, run.label,
-                                    scenario.engine.num_replicas, limit)
+            for blocks, replicas in _replica_blocks(scenario, run):
+                check_blocks_fit_memory(blocks, pool.TABLE_BYTES_PER_BLOCK, run.label, replicas, limit)
         check_requests_fit_memory(*_requests_asked(scenario.workload), limit)
         trace = generate_seeded_workload(scenario.workload, scenario.seed)
         check_run_fits_memory(len(trace), trace.max_output_tokens,
                               scenario.metrics.record_itl_gaps, limit)
         prepared = Prepared(scenario, model, hardware, cost, trace, runs)
         for run in runs:
-            check_requests_fit(prepared, run)
+            for pool in run.pools or (None,):
+                check_requests_fit(prepared, run, pool)
     except ScenarioError:
         raise
     except ValueError as exc:
         raise ScenarioError(str(exc).split("\n")[0]) from None
     return prepared
+
+
+def _replica_blocks(scenario: Scenario, run: PreparedRun) -> list[tuple[int, int]]:
+    """(KV blocks per replica, replicas) of each pool of the run (one pool when co-located)."""
+    if run.pools:
+        return [(pool.num_gpu_blocks, pool.num_replicas) for pool in run.pools]
+    return [(run.num_gpu_blocks, scenario.engine.num_replicas)]
 
 
 def _requests_asked(spec) -> tuple[float | None, str | None]:
@@ -118,6 +141,16 @@ def _model(scenario: Scenario) -> ModelSpec:
 
 
 def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, options) -> PreparedRun:
+    cls, probe, context = _probe(scenario, model, hardware, options)
+    engine = scenario.engine
+    blocks = _pool_blocks(scenario, model, hardware, probe, engine.tensor_parallel_size,
+                          engine.num_gpu_blocks)
+    return PreparedRun(options.label, probe.options, cls, blocks, context)
+
+
+def _probe(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, options):
+    """The scheduler class, an instance on a toy pool (defaults resolved, config checked), and
+    its context."""
     engine = scenario.engine
     context = SchedulerContext(
         max_model_len=model.max_model_len, block_size=engine.block_size,
@@ -125,19 +158,52 @@ def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, o
         default_max_num_batched_tokens=default_max_num_batched_tokens(hardware, engine.entrypoint))
     cls = get_preset(options.preset).cls.resolve_class(options)
     probe = cls(options, KVCache(2, engine.block_size), context)  # resolves defaults, checks config
+    return cls, probe, context
+
+
+def _pool_blocks(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, probe: Scheduler,
+                 tensor_parallel_size: int, given_blocks: int | None) -> int:
+    """KV blocks of one replica: ``given_blocks``, else what the GPU's memory holds."""
+    engine = scenario.engine
     try:
         memory_blocks = num_gpu_blocks(
-            model, hardware, engine.tensor_parallel_size, engine.gpu_memory_utilization,
+            model, hardware, tensor_parallel_size, engine.gpu_memory_utilization,
             engine.block_size, probe.options.max_num_batched_tokens, probe.options.max_num_seqs)
     except ValueError:
-        if engine.num_gpu_blocks is None:
+        if given_blocks is None:
             raise
         memory_blocks = None   # given blocks on hardware that cannot hold the model: a what-if
     if memory_blocks is not None:
         probe.check_pool_holds_max_model_len(
             memory_blocks, f"{engine.gpu_memory_utilization:g} of {hardware.name}'s memory holds")
-    blocks = engine.num_gpu_blocks or memory_blocks
-    return PreparedRun(options.label, probe.options, cls, blocks, context)
+    return given_blocks or memory_blocks
+
+
+def _with_pools(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec,
+                run: PreparedRun) -> PreparedRun:
+    """A disaggregated run's pools (scenario/pools.py): each its GPU, TP, blocks and cost model."""
+    engine, pd = scenario.engine, scenario.disaggregation
+    for name in ("num_replicas", "num_gpu_blocks", "tensor_parallel_size"):
+        if getattr(engine, name) != getattr(type(engine)(), name):
+            raise ScenarioError(f"engine.{name}: {getattr(engine, name)!r} is not allowed with "
+                                f"disaggregation; set disaggregation.prefill.{name} and "
+                                f"disaggregation.decode.{name} instead")
+    if not run.scheduler_cls.supports_remote_kv:
+        raise ScenarioError(f"disaggregation: {run.label} ({run.options.preset}) cannot pull KV "
+                            f"from a prefill pool; allowed presets: vllm_v1")
+    _, probe, _ = _probe(scenario, model, hardware, run.options)
+    pools = []
+    for name in ("prefill", "decode"):
+        pool = getattr(pd, name)
+        gpu = load_hardware(pool.hardware) if pool.hardware is not None else hardware
+        check_tensor_parallel_size(model, pool.tensor_parallel_size)
+        blocks = _pool_blocks(scenario, model, gpu, probe, pool.tensor_parallel_size, pool.num_gpu_blocks)
+        cost_options = {k: v for k, v in scenario.cost_model.items() if k != "kind"}
+        cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, gpu,
+                               pool.tensor_parallel_size)
+        pools.append(PreparedPool(name, pool.num_replicas, gpu, pool.tensor_parallel_size, blocks, cost))
+    return PreparedRun(run.label, run.options, run.scheduler_cls, pools[1].num_gpu_blocks,
+                       run.context, tuple(pools))
 
 
 def iter_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False) -> Iterator[Request]:
@@ -169,13 +235,15 @@ def make_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False) -> list[Req
     return list(iter_requests(trace, keep_itl_gaps))
 
 
-def check_requests_fit(prepared: Prepared, run: PreparedRun) -> None:
+def check_requests_fit(prepared: Prepared, run: PreparedRun, pool: PreparedPool | None = None) -> None:
     """A prompt longer than the context, or a request the KV cache cannot hold alone, is an error
-    before the run, not a hang during it."""
+    before the run, not a hang during it. ``pool``: of a disaggregated run, whose prefill pool
+    holds a prompt and its first token only (rule D1)."""
     trace = prepared.trace
     if len(trace) == 0:
         raise ScenarioError("workload: generates no request (raise num_requests or duration_s)")
-    scheduler = run.scheduler_cls(run.options, KVCache(run.num_gpu_blocks, prepared.scenario.engine.block_size),
+    blocks = run.num_gpu_blocks if pool is None else pool.num_gpu_blocks
+    scheduler = run.scheduler_cls(run.options, KVCache(blocks, prepared.scenario.engine.block_size),
                                   run.context)
     limit = scheduler.max_request_tokens()
     longest = int(np.argmax(trace.num_prompt_tokens))
@@ -184,12 +252,15 @@ def check_requests_fit(prepared: Prepared, run: PreparedRun) -> None:
             f"workload: request {longest} has a {int(trace.num_prompt_tokens[longest])}-token prompt, "
             f"longer than {run.label} allows ({limit} tokens: max_model_len "
             f"{run.context.max_model_len}{_budget_note(scheduler)})")
-    worst = int(np.argmax(trace.num_prompt_tokens + trace.max_output_tokens))  # the first longest
-    probe = Request(worst, 0.0, int(trace.num_prompt_tokens[worst]), int(trace.max_output_tokens[worst]))
+    prefill_only = pool is not None and pool.name == "prefill"
+    outputs = np.ones_like(trace.max_output_tokens) if prefill_only else trace.max_output_tokens
+    worst = int(np.argmax(trace.num_prompt_tokens + outputs))  # the first longest
+    probe = Request(worst, 0.0, int(trace.num_prompt_tokens[worst]), int(outputs[worst]))
     need = scheduler.blocks_to_finish(probe)
     if need > scheduler.kv.num_total_blocks:
         raise ScenarioError(
-            f"engine: the KV cache ({scheduler.kv.num_total_blocks} usable blocks of "
+            f"{'engine' if pool is None else 'disaggregation.' + pool.name}: the KV cache "
+            f"({scheduler.kv.num_total_blocks} usable blocks of "
             f"{scheduler.kv.block_size} tokens) is too small for request {worst} alone, which needs "
             f"{need} blocks under {run.label}{_watermark_note(scheduler)}; raise num_gpu_blocks or "
             f"gpu_memory_utilization, or "
@@ -205,6 +276,20 @@ def _budget_note(scheduler: Scheduler) -> str:
     if scheduler.max_request_tokens() < scheduler.max_model_len - 1:
         return f", max_num_batched_tokens {scheduler.options.max_num_batched_tokens} with chunking off"
     return " - 1"
+
+
+def _pool_plan(prepared: Prepared, run: PreparedRun) -> PoolPlan | None:
+    """The engine's view of a disaggregated run: pool sizes, the KV link and bytes per token read
+    by each decode rank (its share of the KV heads)."""
+    if not run.pools:
+        return None
+    prefill, decode = run.pools
+    transfer = prepared.scenario.disaggregation.kv_transfer
+    bandwidth_Bps = (transfer.bandwidth_GBps * 1e9 if transfer.bandwidth_GBps is not None
+                     else prefill.hardware.interconnect_bandwidth_Bps / 2)
+    return PoolPlan(prefill.num_replicas, decode.num_replicas,
+                    KVLink(bandwidth_Bps, transfer.latency_us * 1e-6),
+                    prepared.model.kv_bytes_per_token(decode.tensor_parallel_size))
 
 
 @dataclass(eq=False, repr=False)
@@ -223,17 +308,22 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     (the run then keeps only the step series the summary and plots read). ``progress``: a
     ProgressBar (engine/progress.py) told of finished requests; it only counts them."""
     scenario, trace = prepared.scenario, prepared.trace
+    pools = ([(p.num_gpu_blocks, p.num_replicas, p.cost_model) for p in run.pools] if run.pools
+             else [(run.num_gpu_blocks, scenario.engine.num_replicas, prepared.cost_model)])
     schedulers = [run.scheduler_cls(run.options, run.scheduler_cls.make_kv_cache(
-        run.options, run.num_gpu_blocks, scenario.engine.block_size), run.context)
-        for _ in range(scenario.engine.num_replicas)]
+        run.options, blocks, scenario.engine.block_size), run.context)
+        for blocks, replicas, _ in pools for _ in range(replicas)]
+    cost_models = [cost for _, replicas, cost in pools for _ in range(replicas)]
     requests = RequestTable(len(trace), keep_gaps=scenario.metrics.record_itl_gaps,
                             sink=files.requests if files is not None else None)
-    steps = StepTable(sink=files.steps if files is not None else None)
+    steps = StepTable(sink=files.steps if files is not None else None,
+                      replica_column=len(schedulers) > 1)
     sim = Simulation(iter_requests(trace, scenario.metrics.record_itl_gaps), schedulers,
                      prepared.cost_model, steps, num_requests=len(trace),
                      max_concurrency=trace.max_concurrency, router=router_for(scenario.engine),
                      on_finished=progress.wrap(requests.record) if progress else requests.record,
-                     fast_path=fast_path, sessions=trace.sessions)
+                     fast_path=fast_path, sessions=trace.sessions,
+                     pools=_pool_plan(prepared, run), cost_models=cost_models)
     result = sim.run()
     requests.flush()
     steps.flush()
@@ -253,6 +343,11 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
                                 requests.columns["finish_s"]).fields())
     if trace.sessions is not None:
         summary["turns"] = by_turn(trace.sessions.turn, requests.columns)
+    if run.pools:
+        summary["pools"] = {p.name: {"num_replicas": p.num_replicas, "hardware": p.hardware.name,
+                                     "tensor_parallel_size": p.tensor_parallel_size,
+                                     "num_gpu_blocks": p.num_gpu_blocks} for p in run.pools}
+        summary.update(sim.transfers.figures())
     summary.update(scheduler=run.label, preset=run.options.preset, num_gpu_blocks=run.num_gpu_blocks,
                    max_num_seqs=run.options.max_num_seqs,
                    max_num_batched_tokens=run.options.max_num_batched_tokens,

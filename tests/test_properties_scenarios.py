@@ -6,7 +6,8 @@ too), KV caches from one block short of the longest request's need to roomy, the
 with equal priorities and equal arrival instants (``inf`` bursts, closed loops, constant rates on
 the unit step's grid, traces with repeated ``arrival_s``), prefix caching on and off over shared
 prompt prefixes (``vllm_random`` token ids, trace token ids), async scheduling, several replicas
-under every router, and a minority of runs with a few hundred requests. The cost model is
+under every router, prefill/decode pools (docs/disaggregation-semantics.md) for the presets that
+pull KV, and a minority of runs with a few hundred requests. The cost model is
 ``unit``, so a run costs its steps only.
 
 Every run is refused up front with a ScenarioError exactly when some request cannot run alone
@@ -32,6 +33,7 @@ import yaml
 from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
+from simulator.engine.progress import NoProgressError
 from simulator.engine.routing import router_names
 from simulator.kv.block_pool import KVCache
 from simulator.core.request import Request
@@ -194,7 +196,20 @@ def scenarios(draw, preset: str, trace_dir) -> tuple[dict, str]:
            "schedulers": [draw(scheduler_entries(preset, max_model_len, large))]}
     if draw(st.sampled_from([True, True, True, False])) is False:
         raw["metrics"] = {"record_itl_gaps": False}
+    if get_preset(preset).cls.supports_remote_kv and draw(st.sampled_from([False] * 3 + [True])):
+        raw["disaggregation"] = draw(pools(replicas))
+        raw["engine"] = {k: v for k, v in engine.items() if k not in ("num_gpu_blocks", "num_replicas")}
     return raw, text
+
+
+@st.composite
+def pools(draw, replicas: int) -> dict:
+    """A prefill pool of roomy blocks and a decode pool whose blocks ``sized`` sets; pulls from
+    much slower than a step to instant."""
+    return {"prefill": {"num_replicas": draw(st.integers(1, 2)), "num_gpu_blocks": ROOMY_BLOCKS},
+            "decode": {"num_replicas": replicas, "num_gpu_blocks": ROOMY_BLOCKS},
+            "kv_transfer": {"bandwidth_GBps": draw(st.sampled_from([0.05, 1.0, 1000.0])),
+                            "latency_us": draw(st.sampled_from([0.0, 1000.0]))}}
 
 
 def show(raw: dict, trace_text: str) -> None:
@@ -221,6 +236,10 @@ def sized(raw: dict, slack: int) -> tuple[dict, bool]:
         return run.scheduler_cls(run.options, KVCache(blocks, block_size), run.context)
     smallest = smallest_pool(make, requests)
     total = max(1, smallest + slack)
+    if "disaggregation" in raw:   # the decode pool holds whole requests: sized as one engine
+        pd = raw["disaggregation"]
+        return (dict(raw, disaggregation=dict(pd, decode=dict(pd["decode"], num_gpu_blocks=total + 1))),
+                total < smallest)
     return dict(raw, engine=dict(raw["engine"], num_gpu_blocks=total + 1)), total < smallest
 
 
@@ -254,18 +273,29 @@ def check_run(raw: dict, prepared, out) -> None:
     seats = getattr(options, "max_batch_size", None) or options.max_num_seqs
     assert np.all(steps["end_s"] > steps["start_s"]) and steps["num_running"].max() <= seats
     assert np.all((steps["kv_usage"] >= 0) & (steps["kv_usage"] <= 1))
-    if raw["engine"].get("num_replicas", 1) == 1:
+    disaggregated = "disaggregation" in raw
+    if raw["engine"].get("num_replicas", 1) == 1 and not disaggregated:
         assert np.all(steps["start_s"][1:] >= steps["end_s"][:-1])   # one step at a time
+    if disaggregated:   # every request pulled once (rule D2), every block freed (D3)
+        assert summary["num_kv_transfers"] == n
+        assert all(r.scheduler.kv.num_free_blocks == r.scheduler.kv.num_total_blocks
+                   for r in out.result.replicas)
     if _family(options.preset) in BUDGETED:
         assert steps["num_tokens"].max() <= options.max_num_batched_tokens
-    # Both count each request's first admission only, as vLLM's metrics do.
-    assert summary["prefix_cache_hits"] == sum(r.num_cached_tokens for r in rows)
+    # Both count each request's first admission only, as vLLM's metrics do (P/D: the summary
+    # adds the prefill pool's hits, which the decode side's rows do not see).
+    if not disaggregated:
+        assert summary["prefix_cache_hits"] == sum(r.num_cached_tokens for r in rows)
     # Executed tokens: each request's P + O - 1 (the last token gets no KV, rule 2.2) less its
     # prefix-cache hits, plus what preemptions threw away (rule 2.5) and hf's padding rows. A
     # resumed request's hits are in no count, so with prefix caching a preemption bounds nothing.
+    # P/D: the decode side computes each prompt's last token once more (rule D4).
     needed = sum(r.num_prompt_tokens + r.num_output_tokens - 1 - r.num_cached_tokens for r in rows)
     executed = int(steps["num_tokens"].sum())
-    if not (preemptions or hf):
+    if disaggregated:
+        if not (preemptions or getattr(options, "enable_prefix_caching", False)):
+            assert executed == needed + n
+    elif not (preemptions or hf):
         assert executed == needed
     elif not getattr(options, "enable_prefix_caching", False):
         assert executed >= needed
@@ -288,13 +318,21 @@ def test_drawn_scenarios_are_refused_up_front_or_finish_every_request(preset, tr
     show(raw, trace_text)
     event(f"arrival {raw['workload']['arrival']['kind']}")
     event(f"{raw['engine'].get('num_replicas', 1)} replica(s)")
+    event("disaggregated" if "disaggregation" in raw else "co-located")
     if refuse:
         event("refused")
         with pytest.raises(ScenarioError):
             prepare(validate_scenario(raw))
         return
     prepared = prepare(validate_scenario(raw))
-    out = simulate(prepared, prepared.runs[0])
+    try:
+        out = simulate(prepared, prepared.runs[0])
+    except NoProgressError as exc:
+        # P/D only: pulled requests hold blocks behind a head that needs them (rule D2), a
+        # deadlock vLLM shares; the run must stop saying so. Co-located runs always finish.
+        assert "disaggregation" in raw and "hold-and-wait" in str(exc), str(exc)
+        event("P/D hold-and-wait stop")
+        return
     check_run(raw, prepared, out)
     event("large" if len(prepared.trace) >= 100 else "small")
     repro = data.draw(st.sampled_from([False, False, True]), label="reproduce")

@@ -157,7 +157,7 @@ def test_mutated_scheduler_options_give_options_or_one_error_line(preset, data):
     # Issue 22: 130 of 618 refusals said "unknown field" without naming the valid ones.
     ("engin.x=1", "engin: unknown field (not allowed here; check the spelling); did you mean "
                   "'engine'? allowed here: name, description, seed, model, hardware, cost_model, "
-                  "engine, workload, schedulers, metrics, sweep, num_seeds"),
+                  "engine, workload, schedulers, metrics, disaggregation, sweep, num_seeds"),
     ("workload.arrival.rat=3", "workload.arrival.rat: unknown field (not allowed here; check the "
                                "spelling); did you mean 'rate'? allowed here: kind, rate, timing"),
     ("workload.prompt_len.valu=3", "did you mean 'value'? allowed here: kind, value"),

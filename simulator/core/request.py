@@ -10,6 +10,8 @@ class RequestStatus(enum.Enum):
     RUNNING = "running"
     PREEMPTED = "preempted"
     FINISHED = "finished"
+    # P/D: blocks allocated, the prompt's KV still on its way from a prefill instance (vLLM's name)
+    WAITING_FOR_REMOTE_KVS = "waiting_for_remote_kvs"
 
 
 @dataclass(eq=False, slots=True)  # identity-hashed (dict keys); slots: millions are made
@@ -39,6 +41,11 @@ class Request:
     max_itl_s: float = 0.0
     itl_sq_sum_s2: float = 0.0
     itl_gaps_s: list[float] | None = field(default=None, repr=False)  # kept only when asked
+    # P/D disaggregation, as vLLM's kv_transfer_params name them: a decode instance pulls this
+    # request's prompt KV (do_remote_prefill); a prefill instance keeps its blocks for the pull
+    # after it finishes (do_remote_decode).
+    do_remote_prefill: bool = False
+    do_remote_decode: bool = False
 
     @property
     def num_tokens(self) -> int:

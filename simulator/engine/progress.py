@@ -21,9 +21,20 @@ def diagnose_stall(scheduler, now_s: float) -> str:
     headroom = scheduler.admission_headroom_blocks()
     watermark = f" plus a watermark of {headroom} kept free" if headroom else ""
     return (f"no progress {where}: request {head.request_id} ({head.num_tokens} tokens) needs "
-            f"{need} KV blocks{watermark}; {kv.num_free_blocks} of {kv.num_total_blocks} are free and "
-            f"max_num_seqs={scheduler.options.max_num_seqs}; raise num_gpu_blocks / "
-            f"gpu_memory_utilization or shorten requests")
+            f"{need} KV blocks{watermark}; {kv.num_free_blocks} of {kv.num_total_blocks} are free"
+            f"{_held_by_pulls(scheduler)} and max_num_seqs={scheduler.options.max_num_seqs}; raise "
+            f"num_gpu_blocks / gpu_memory_utilization or shorten requests")
+
+
+def _held_by_pulls(scheduler) -> str:
+    """P/D: blocks that pulled requests behind the head hold while they wait (rule D2); vLLM
+    waits for the head as well, so such a pool deadlocks."""
+    held = [r for r in scheduler.waiting if scheduler.kv.num_blocks_of(r)]
+    if not held:
+        return ""
+    blocks = sum(scheduler.kv.num_blocks_of(r) for r in held)
+    return (f", {blocks} held by {len(held)} request(s) behind it whose KV was pulled from "
+            f"the prefill pool (hold-and-wait: docs/disaggregation-semantics.md, rule D2)")
 
 
 class ProgressWatchdog:

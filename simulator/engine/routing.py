@@ -135,7 +135,8 @@ def replica_summaries(replicas: list, num_routed: list[int]) -> list[dict]:
     for replica, routed in zip(replicas, num_routed):
         scheduler, kv = replica.scheduler, replica.scheduler.kv
         queries, hits = kv.num_queries_tokens, kv.num_hit_tokens
-        rows.append({"replica": replica.index, "num_requests": routed,
+        rows.append({"replica": replica.index, **({"pool": replica.pool} if replica.pool else {}),
+                     "num_requests": routed,
                      "num_preemptions": scheduler.num_preemptions,
                      "prefix_cache_queries": queries, "prefix_cache_hits": hits,
                      "prefix_cache_hit_rate": hits / queries if queries else 0.0})

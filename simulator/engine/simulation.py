@@ -26,6 +26,7 @@ import simpy
 from cost_models.base import StepCostModel
 from simulator.core.batch import Batch
 from simulator.core.request import Request
+from simulator.engine.disaggregation import PREFILL, PoolPlan, Transfers
 from simulator.engine.progress import NoProgressError, ProgressWatchdog, diagnose_stall
 from simulator.engine.routing import Router, make_router
 from simulator.fastpath.cohort import DecodeCohort
@@ -38,6 +39,9 @@ class Replica:
     scheduler: Scheduler
     stepper: object = None               # the scheduler, or a DecodeCohort driving it
     wakeup: simpy.Event | None = None    # set while the replica idles, fired by an arrival
+    cost_model: StepCostModel | None = None
+    pool: str = ""                       # P/D: "prefill" or "decode"; "" co-located
+    num_transfers: int = 0               # P/D: KV pulls to or from it not yet done
 
     def notify(self) -> None:
         if self.wakeup is not None and not self.wakeup.triggered:
@@ -63,13 +67,16 @@ class Simulation:
     told of every finished request once its fields no longer change; ``on_step(replica, batch,
     shape)`` of every step (per-request views, so no fast path then). ``sessions``: the trace's
     SessionColumns (simulator/workload/sessions.py): a later turn is sent its think time after
-    the turn it follows has finished, not at its row's arrival time."""
+    the turn it follows has finished, not at its row's arrival time. ``pools``: a PoolPlan
+    (engine/disaggregation.py) where ``schedulers`` are a prefill pool then a decode pool, and
+    ``cost_models`` then one per scheduler."""
 
     def __init__(self, requests: Iterable[Request], schedulers: list[Scheduler],
                  cost_model: StepCostModel, step_log, *, num_requests: int | None = None,
                  max_concurrency: int | None = None, router: str | Router = "round_robin",
                  on_step: Callable | None = None, on_finished: Callable | None = None,
-                 fast_path: bool = True, sessions=None):
+                 fast_path: bool = True, sessions=None, pools: PoolPlan | None = None,
+                 cost_models: list[StepCostModel] | None = None):
         self.env = simpy.Environment()
         self.num_requests = len(requests) if num_requests is None else num_requests
         self.pending = iter(requests)
@@ -82,7 +89,13 @@ class Simulation:
         self.router = make_router(router) if isinstance(router, str) else router
         self.on_step = on_step
         self.on_finished = on_finished
-        self.replicas = [Replica(i, s, self._stepper(s, fast_path)) for i, s in enumerate(schedulers)]
+        costs = cost_models or [cost_model] * len(schedulers)
+        self.replicas = [Replica(i, s, self._stepper(s, fast_path, c), cost_model=c,
+                                 pool=pools.pool_of(i) if pools else "")
+                         for i, (s, c) in enumerate(zip(schedulers, costs))]
+        # P/D: requests enter the prefill pool; the transfers hand them to the decode pool.
+        self.transfers = Transfers(pools, self.replicas, self.router) if pools else None
+        self._entry = self.replicas[:pools.num_prefill] if pools else self.replicas
         # Runs of decode steps need the next arrival known to one replica: a lone one.
         self.decode_runs = len(self.replicas) == 1
         self.num_in_flight = 0
@@ -101,10 +114,10 @@ class Simulation:
         """When the next request reaches the engine, as far as is known now."""
         return min(self._next_root_s, self._releases[0]) if self._releases else self._next_root_s
 
-    def _stepper(self, scheduler: Scheduler, fast_path: bool):
+    def _stepper(self, scheduler: Scheduler, fast_path: bool, cost_model: StepCostModel):
         """The decode cohort where it may hold the policy's steady decoders, else the policy."""
         if fast_path and self.on_step is None and scheduler.may_hold_decoders:
-            return DecodeCohort(scheduler, self.cost_model)
+            return DecodeCohort(scheduler, cost_model)
         return scheduler
 
     # -- processes -------------------------------------------------------------------------------
@@ -138,7 +151,11 @@ class Simulation:
         if self.first_sent_s is None:
             self.first_sent_s = now_s
         self.num_in_flight += 1
+        if self.transfers is not None:
+            request = self.transfers.prefill_copy(request)
         replica = self.route(request)
+        if self.transfers is not None:
+            self.transfers.sent(request, replica)
         replica.scheduler.add(request)
         replica.notify()
 
@@ -149,14 +166,32 @@ class Simulation:
         request.arrival_s = self.env.now
         self._send(request, self.env.now)
 
-    def route(self, request: Request) -> Replica:
-        """The replica the router picks (engine/routing.py); a lone one needs no asking."""
-        index = self.router.pick(request, self.replicas) if len(self.replicas) > 1 else 0
-        self.num_routed[index] += 1
-        return self.replicas[index]
+    def route(self, request: Request, pool: list[Replica] | None = None,
+              router: Router | None = None) -> Replica:
+        """The replica the router picks (engine/routing.py) in the entry pool (every replica,
+        or P/D's prefill pool) or ``pool``; a lone one needs no asking."""
+        pool = self._entry if pool is None else pool
+        index = (router or self.router).pick(request, pool) if len(pool) > 1 else 0
+        replica = pool[index]
+        self.num_routed[replica.index] += 1
+        return replica
+
+    def _prefilled(self, finished: list[Request]) -> None:
+        """P/D: prefill copies done; each request goes on to a decode replica (rule D1)."""
+        for copy in finished:
+            request = self.transfers.hand_over(copy)
+            replica = self.route(request, self.transfers.decode_pool, self.transfers.decode_router)
+            replica.scheduler.add(request)
+            replica.notify()
+
+    def _start_pulls(self, replica: Replica) -> None:
+        """P/D: the pulls the decode replica's schedule started (rule D2)."""
+        for request in replica.scheduler.kv_pulls:
+            self.env.process(self.transfers.pull(self.env, replica, request))
+        replica.scheduler.kv_pulls.clear()
 
     def serve(self, replica: Replica):
-        env, scheduler, stepper, cost = self.env, replica.scheduler, replica.stepper, self.cost_model
+        env, scheduler, stepper, cost = self.env, replica.scheduler, replica.stepper, replica.cost_model
         watchdog = ProgressWatchdog()
         # Async scheduling keeps two batches in flight: step k+1 is formed while step k runs.
         depth = 2 if scheduler.async_scheduling else 1
@@ -167,6 +202,8 @@ class Simulation:
             start_s = env.now
             while len(in_flight) < depth:
                 batch = stepper.schedule(start_s)
+                if scheduler.kv_pulls:
+                    self._start_pulls(replica)
                 if batch:
                     batch.num_preempted += carried_preemptions
                     carried_preemptions = 0
@@ -190,11 +227,14 @@ class Simulation:
             tokens, _, num_decodes, _, _, num_prefills, num_sampled, num_seqs = shape.work_counts
             self.step_log.append(start_s, end_s, num_seqs, num_prefills, num_decodes, tokens,
                                  tokens - num_decodes, scheduler.num_running, len(scheduler.waiting),
-                                 scheduler.kv.usage, batch.num_preempted)
+                                 scheduler.kv.usage, batch.num_preempted, replica.index)
             if not num_sampled or watchdog.steps_without_token:   # else observe() changes nothing
                 watchdog.observe(num_sampled, batch.num_preempted, scheduler)
             if finished:
-                self._on_finished(finished, end_s)
+                if replica.pool is PREFILL:
+                    self._prefilled(finished)
+                else:
+                    self._on_finished(finished, end_s)
             if self.on_step is not None:
                 self.on_step(replica, batch, shape)
             if runs and self.next_arrival_s > end_s and stepper.can_run():
@@ -240,7 +280,7 @@ class Simulation:
     def _idle(self, replica: Replica):
         scheduler = replica.scheduler
         wake_s = scheduler.next_wakeup_s(self.env.now)
-        if scheduler.num_running or (scheduler.waiting and wake_s is None):
+        if not replica.num_transfers and (scheduler.num_running or (scheduler.waiting and wake_s is None)):
             raise NoProgressError(diagnose_stall(scheduler, self.env.now))
         replica.wakeup = self.env.event()
         events = [replica.wakeup]

@@ -60,6 +60,7 @@ class Scheduler:
         self.num_held = 0   # running requests a fast path holds outside ``running``
         self.num_preemptions = 0
         self._running_seq = itertools.count(1)
+        self.kv_pulls: list[Request] = []   # P/D: pulls started this schedule, for the engine
         self.check_config()
 
     # -- hooks a policy may override ---------------------------------------------------------
@@ -219,7 +220,25 @@ class Scheduler:
         for request in finished:
             request.status = RequestStatus.FINISHED
             request.finish_s = now_s
-            self.kv.free(request)
+            if not request.do_remote_decode:   # P/D: a prefill keeps them for the pull
+                self.kv.free(request)
+
+    # -- P/D disaggregation (docs/disaggregation-semantics.md) -------------------------------------
+    supports_remote_kv = False   # the decode side's pull (WAITING_FOR_REMOTE_KVS): vLLM V1 only
+
+    def finish_sending(self, request: Request) -> None:
+        """P/D, prefill side: the decode side has read a finished request's KV; its blocks are
+        freed now (vLLM frees them on finished_sending, rule D3)."""
+        request.do_remote_decode = False
+        self.kv.free(request)
+
+    def finish_receiving(self, request: Request) -> None:
+        """P/D, decode side: the prompt's KV has arrived. Its blocks count as computed, less
+        the last token when they hold all of it: that one is computed again for the logits the
+        first sample needs (vLLM's _update_waiting_for_remote_kv, rule D4)."""
+        held = min(self.kv.num_blocks_of(request) * self.kv.block_size, request.num_tokens)
+        request.num_computed_tokens = held - 1 if held == request.num_tokens else held
+        request.status = RequestStatus.WAITING
 
     def admit(self, request: Request, now_s: float) -> None:
         if request.scheduled_s is None:

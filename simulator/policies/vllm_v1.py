@@ -5,12 +5,14 @@ from dataclasses import dataclass
 
 from simulator.core import rules
 from simulator.core.batch import Batch
-from simulator.core.request import Request
+from simulator.core.request import Request, RequestStatus
 from simulator.kv.prefix_cache import PrefixCachingKVCache
 from simulator.policies.base import Scheduler
 from simulator.policies.options import Bool, Fraction, NonNegativeInt, SchedulerOptions, options_config
 from simulator.policies.queues import FCFSQueue, PriorityQueue, priority_order
 from simulator.policies.registry import register_scheduler
+
+_REMOTE_KVS = RequestStatus.WAITING_FOR_REMOTE_KVS
 
 
 @options_config
@@ -35,6 +37,7 @@ class VllmV1Scheduler(Scheduler):
     serves_running_in_order = True
     Options = VllmV1Options
     prefix_cache_class = PrefixCachingKVCache
+    supports_remote_kv = True
 
     def make_waiting_queue(self):
         return PriorityQueue() if self.options.scheduling_policy == "priority" else FCFSQueue()
@@ -131,10 +134,18 @@ class VllmV1Scheduler(Scheduler):
     def _schedule_waiting(self, batch: Batch, budget: int, now_s: float) -> None:
         """Phase B (rule 1.2): the head of waiting while budget and seats are left."""
         o, kv = self.options, self.kv
+        skipped: list[Request] = []
         while self.waiting and budget > 0 and self.num_running < o.max_num_seqs:
             request = self.waiting.peek()   # the queue's order (rule 1.4)
-            num_hit = kv.lookup_prefix(request) if request.num_computed_tokens == 0 else 0
-            n = self._cap(request.num_tokens - num_hit)
+            if request.do_remote_prefill or request.status is _REMOTE_KVS:
+                if not self._start_pull(request):
+                    break
+                skipped.append(self.waiting.pop())
+                continue
+            # A request whose KV arrived from a prefill instance starts where it left off (D4).
+            computed = request.num_computed_tokens
+            num_hit = kv.lookup_prefix(request) if computed == 0 else 0
+            n = self._cap(request.num_tokens - num_hit - computed)
             if not o.enable_chunked_prefill and n > budget:
                 break  # head-of-line: smaller requests behind are not tried (rule 1.2 B5)
             n = min(n, budget)
@@ -143,13 +154,34 @@ class VllmV1Scheduler(Scheduler):
             if not kv.allocate(request, n, num_hit_tokens=num_hit):
                 break  # waiting requests never preempt (rule 1.2 B7)
             self.waiting.pop()
-            kv.record_admission(request, num_hit)
-            if request.num_preemptions == 0:   # vLLM sets it at the first admission only
-                request.num_cached_tokens = num_hit
+            if computed == 0:
+                kv.record_admission(request, num_hit)
+                if request.num_preemptions == 0:   # vLLM sets it at the first admission only
+                    request.num_cached_tokens = num_hit
+                request.num_computed_tokens = num_hit
             self.admit(request, now_s)
-            request.num_computed_tokens = num_hit
             batch.add(request, n)
             budget -= n
+        for request in reversed(skipped):   # back at the head, in their order (vLLM prepends)
+            self.waiting.push_preempted(request)
+
+    def _start_pull(self, request: Request) -> bool:
+        """P/D, decode side (rules D2-D3): a request whose prompt KV is on a prefill instance
+        gets blocks for its whole prompt (less local prefix hits) under the admission gate, then
+        waits for the pull, holding no seat; one already waiting is passed over. False: no room
+        (waiting requests never preempt)."""
+        if request.status is _REMOTE_KVS:
+            return True
+        num_hit = self.kv.lookup_prefix(request)
+        if not self._admission_fits(request, num_hit) or not self.kv.allocate(
+                request, request.num_tokens - num_hit, num_hit_tokens=num_hit):
+            return False
+        self.kv.record_admission(request, num_hit)
+        request.num_cached_tokens = num_hit
+        request.do_remote_prefill = False
+        request.status = _REMOTE_KVS
+        self.kv_pulls.append(request)
+        return True
 
     def _admission_fits(self, request: Request, num_hit: int) -> bool:
         """Newer V1 gates (rule 2.3): room for the whole prompt, plus watermark if others run."""

@@ -26,6 +26,10 @@ STEP_DTYPES: dict[str, type] = {
     "num_preemptions": np.int64,     # decided while forming this step
 }
 STEP_COLUMNS: tuple[str, ...] = tuple(STEP_DTYPES)
+# A run of several replicas adds the replica each step ran on (its index in summary.json's
+# "replicas"), so that each replica's series can be read apart.
+REPLICA = "replica"
+STEP_DTYPES_WITH_REPLICA = {**STEP_DTYPES, REPLICA: np.int64}
 # What a run keeps of every step once the rest is written: the summary's and the plots' series.
 STEP_SERIES: tuple[str, ...] = ("start_s", "end_s", "num_running", "num_waiting", "kv_usage",
                                 "num_preemptions")

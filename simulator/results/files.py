@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from simulator.results.atomic import atomic_write, put_in_place, staging_folder
-from simulator.results.columns import REQUEST_COLUMNS, STEP_COLUMNS, STEP_DTYPES
+from simulator.results.columns import REPLICA, REQUEST_COLUMNS, STEP_COLUMNS, STEP_DTYPES_WITH_REPLICA
 
 REQUESTS, STEPS, SUMMARY_JSON = "requests", "steps", "summary.json"
 FORMATS = ("csv", "parquet")
@@ -86,6 +86,20 @@ def _arrow_column(values: np.ndarray, missing: np.ndarray | None = None):
                                  [validity, pa.py_buffer(values)])
 
 
+class StepFile(TableFile):
+    """steps.csv: STEP_COLUMNS, and the replica's column where the run's chunks carry one."""
+
+    def __init__(self, path: Path, file_format: str):
+        super().__init__(path, STEP_COLUMNS, STEP_DTYPES_WITH_REPLICA, file_format)
+
+    def write(self, columns: dict[str, np.ndarray]) -> None:
+        if self._writer is None and REPLICA in columns:   # the header is not written yet
+            import pyarrow as pa
+            self.names = (*STEP_COLUMNS, REPLICA)
+            self.schema = self.schema.append(pa.field(REPLICA, pa.int64()))
+        super().write(columns)
+
+
 class RequestFile(TableFile):
     """requests.csv: the table's rows with TTFT, TPOT and E2EL in ms (REQUEST_COLUMNS)."""
 
@@ -128,8 +142,7 @@ class ResultFolder:
 
     def __enter__(self) -> "ResultFolder":
         self._staging = staging_folder(self.target)
-        self.steps = TableFile(self._staging / f"{STEPS}.{self.format}", STEP_COLUMNS, STEP_DTYPES,
-                               self.format)
+        self.steps = StepFile(self._staging / f"{STEPS}.{self.format}", self.format)
         self.requests = RequestFile(self._staging / f"{REQUESTS}.{self.format}", self.format)
         return self
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.results.columns import LEVELS, STEP_COLUMNS, STEP_DTYPES, STEP_FIGURES, STEP_SERIES
+from simulator.results.columns import (LEVELS, REPLICA, STEP_COLUMNS, STEP_DTYPES_WITH_REPLICA,
+                                      STEP_FIGURES, STEP_SERIES)
 from simulator.results.decimate import envelope, thin_events
 
 CHUNK_ROWS = 65_536
@@ -26,11 +27,14 @@ _END_S = STEP_COLUMNS.index("end_s")   # the column whose length is the buffered
 
 
 class StepTable:
-    def __init__(self, sink=None, chunk_rows: int = CHUNK_ROWS):
+    def __init__(self, sink=None, chunk_rows: int = CHUNK_ROWS, replica_column: bool = False):
+        """``replica_column``: a run of several replicas, whose steps say which one ran them."""
         self.sink = sink
         self.chunk_rows = chunk_rows
-        self._lists: tuple[list, ...] = tuple([] for _ in STEP_COLUMNS)
-        self._kept = STEP_SERIES if sink is not None else STEP_COLUMNS
+        self.columns = (*STEP_COLUMNS, REPLICA) if replica_column else STEP_COLUMNS
+        self._lists: tuple[list, ...] = tuple([] for _ in self.columns)
+        series = (*STEP_SERIES, REPLICA) if replica_column else STEP_SERIES
+        self._kept = series if sink is not None else self.columns
         self._chunks: list[dict[str, np.ndarray]] = []   # the current window's
         self._num_flushed = 0
         self._folded: list[dict] = []                    # each folded window's sums
@@ -45,10 +49,13 @@ class StepTable:
 
     def append(self, start_s: float, end_s: float, num_seqs: int, num_prefill_seqs: int,
                num_decode_seqs: int, num_tokens: int, num_prefill_tokens: int,
-               num_running: int, num_waiting: int, kv_usage: float, num_preemptions: int) -> None:
-        """Record one step."""
+               num_running: int, num_waiting: int, kv_usage: float, num_preemptions: int,
+               replica: int = 0) -> None:
+        """Record one step (``replica``: which one ran it, kept with a replica column)."""
         (start, end, seqs, prefill_seqs, decode_seqs, tokens, prefill_tokens, running, waiting,
-         kv, preemptions) = self._lists
+         kv, preemptions) = self._lists[:11]
+        if len(self._lists) > 11:
+            self._lists[11].append(replica)
         start.append(start_s)
         end.append(end_s)
         seqs.append(num_seqs)
@@ -71,6 +78,8 @@ class StepTable:
         k = len(end_s)
         if not (len(num_rows) == len(num_running) == len(num_waiting) == len(kv_usage) == k):
             raise ValueError(f"extend_decode_steps: per-step lists must all have len(end_s)={k}")
+        if len(self._lists) > 11:
+            raise ValueError("extend_decode_steps: runs of decode steps are a lone replica's")
         (start, end, seqs, prefill_seqs, decode_seqs, tokens, prefill_tokens, running, waiting,
          kv, preemptions) = self._lists
         zeros = [0] * k
@@ -92,11 +101,11 @@ class StepTable:
         if not self._lists[_END_S]:
             return
         try:
-            chunk = {name: np.fromiter(values, STEP_DTYPES[name], len(values))
-                     for name, values in zip(STEP_COLUMNS, self._lists)}
+            chunk = {name: np.fromiter(values, STEP_DTYPES_WITH_REPLICA[name], len(values))
+                     for name, values in zip(self.columns, self._lists)}
         except (TypeError, ValueError) as exc:   # e.g. a count that is no integer
             raise ValueError(f"step log: a value cannot be stored ({exc})") from None
-        self._lists = tuple([] for _ in STEP_COLUMNS)
+        self._lists = tuple([] for _ in self.columns)
         if self.sink is not None:
             self.sink.write(chunk)
         self._chunks.append({name: _compact(chunk[name]) if self.sink is not None else chunk[name]
@@ -109,7 +118,8 @@ class StepTable:
         """The current window's kept columns, each one array (its chunks let go)."""
         if len(self._chunks) != 1:
             self._chunks = [{name: np.concatenate([c[name] for c in self._chunks])
-                             if self._chunks else np.empty(0, STEP_DTYPES[name]) for name in self._kept}]
+                             if self._chunks else np.empty(0, STEP_DTYPES_WITH_REPLICA[name])
+                             for name in self._kept}]
         return self._chunks[0]
 
     def _fold_window(self) -> None:
@@ -149,12 +159,13 @@ class StepTable:
 
     @classmethod
     def from_columns(cls, columns) -> "StepTable":
-        """A table of steps read back (every column of STEP_COLUMNS)."""
+        """A table of steps read back (every column of STEP_COLUMNS, and the replica's if any)."""
         missing = [name for name in STEP_COLUMNS if name not in columns]
         if missing:
             raise ValueError(f"step log columns: missing {missing}; need all of {list(STEP_COLUMNS)}")
-        table = cls()
-        table._chunks = [{name: np.asarray(columns[name], STEP_DTYPES[name]) for name in STEP_COLUMNS}]
+        table = cls(replica_column=REPLICA in columns)
+        table._chunks = [{name: np.asarray(columns[name], STEP_DTYPES_WITH_REPLICA[name])
+                          for name in table.columns}]
         table._num_flushed = len(table._chunks[0]["end_s"])
         return table
 

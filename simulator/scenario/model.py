@@ -27,6 +27,7 @@ from cost_models.options import (INT64_MAX, Bool, Constraint, NonNegativeInt, Po
 from simulator.scenario.errors import ScenarioError  # noqa: F401 (its home for callers)
 from simulator.scenario.field_names import unknown_field_hint
 from simulator.scenario.file import read_raw_scenario
+from simulator.scenario.pools import DisaggregationOptions, GpuBlocks
 from simulator.engine.routing import DEFAULT_LOAD_BOUND, router_names
 from simulator.policies.registry import get_preset, preset_names
 from simulator.workload.generate import WorkloadSpec
@@ -34,10 +35,6 @@ from simulator.workload.generate import WorkloadSpec
 # A name becomes a folder under the result directory: no separators, no "." or ".." tricks, and
 # well within a file system's 255 bytes per name.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
-# The pool includes vLLM's null block (rule 2.1), so one block leaves nothing usable.
-GpuBlocks = Annotated[int, Constraint(
-    strict=True, ge=2, le=INT64_MAX,
-    description="at least 2 (vLLM's null block is one); the memory check bounds it further")]
 MAX_REPLICAS = 1024
 MAX_BLOCK_SIZE = 1 << 16
 Percentile = Annotated[float, Constraint(strict=True, gt=0, le=100)]
@@ -102,6 +99,8 @@ class Scenario:
     workload: WorkloadSpec
     schedulers: Annotated[list[dict[str, Any]], Constraint(min_length=1)]
     metrics: MetricsOptions = MetricsOptions()
+    # Prefill/decode pools instead of engine.num_replicas co-located replicas (scenario/pools.py).
+    disaggregation: DisaggregationOptions | None = None
     # `servesim sweep` only (`servesim run` ignores both and runs the file as written): dotted
     # field paths to lists of values, crossed; and how many seeds (seed, seed+1, ...) per point.
     # simulator/scenario/sweep_plan.py checks every path and value before any run.
