@@ -1,7 +1,7 @@
 """From a validated scenario to results: everything impossible is caught before any run starts."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -11,6 +11,7 @@ from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
+from cost_models.speculative import SpeculativeStepCost
 from simulator.policies.defaults import default_max_num_batched_tokens, default_max_num_seqs
 from simulator.engine.routing import replica_summaries, router_for
 from simulator.engine.simulation import Simulation, SimulationResult
@@ -27,7 +28,8 @@ from simulator.core.request import Request
 from simulator.scenario import Scenario, ScenarioError
 from simulator.policies.base import Scheduler, SchedulerContext
 from simulator.policies.registry import get_preset
-from simulator.workload.generate import expected_num_requests, generate_seeded_workload
+from simulator.policies.speculative import SpecDecodingStats
+from simulator.workload.generate import expected_num_requests, generate_workload
 from simulator.workload.traces import WorkloadTrace
 
 
@@ -49,6 +51,9 @@ class Prepared:
     cost_model: StepCostModel
     trace: WorkloadTrace
     runs: list[PreparedRun]
+    # The run's generator after the workload's draws, continued by the acceptance draws of
+    # speculative decoding (None without it: nothing else draws).
+    acceptance_rng_state: dict | None = None
 
 
 def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
@@ -66,16 +71,19 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
         check_tensor_parallel_size(model, tp)
         cost_options = {k: v for k, v in scenario.cost_model.items() if k != "kind"}
         cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
+        cost = _with_proposer(cost, scenario, model, hardware)
         runs = [_prepare_run(scenario, model, hardware, o) for o in options]
         for run in runs:
             pool = run.scheduler_cls.kv_cache_class(run.options)
             check_blocks_fit_memory(run.num_gpu_blocks, pool.TABLE_BYTES_PER_BLOCK, run.label,
                                     scenario.engine.num_replicas, limit)
         check_requests_fit_memory(*_requests_asked(scenario.workload), limit)
-        trace = generate_seeded_workload(scenario.workload, scenario.seed)
+        rng = np.random.default_rng(scenario.seed)   # the run's one generator
+        trace = generate_workload(scenario.workload, rng)
         check_run_fits_memory(len(trace), trace.max_output_tokens,
                               scenario.metrics.record_itl_gaps, limit)
-        prepared = Prepared(scenario, model, hardware, cost, trace, runs)
+        rng_state = rng.bit_generator.state if scenario.engine.speculative is not None else None
+        prepared = Prepared(scenario, model, hardware, cost, trace, runs, rng_state)
         for run in runs:
             check_requests_fit(prepared, run)
     except ScenarioError:
@@ -83,6 +91,34 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
     except ValueError as exc:
         raise ScenarioError(str(exc).split("\n")[0]) from None
     return prepared
+
+
+def _with_proposer(cost: StepCostModel, scenario: Scenario, model: ModelSpec,
+                   hardware: HardwareSpec) -> StepCostModel:
+    """The target's cost plus the proposer's (cost_models/speculative.py, rule S7): a draft
+    model, or an EAGLE/MTP head taken as one decoder layer of the target's shapes, priced by the
+    roofline on the same GPUs (the scenario's roofline efficiencies, no step overhead of its own:
+    its passes run inside the target's step); ngram adds only its CPU time."""
+    spec = scenario.engine.speculative
+    if spec is None:
+        return cost
+    proposer = None
+    if spec.method != "ngram":
+        if spec.method == "draft_model":
+            try:
+                drafter = load_model(spec.draft_model)
+            except (ValueError, OSError) as exc:
+                raise ScenarioError(f"engine.speculative.draft_model: {spec.draft_model!r}: "
+                                    f"{str(exc).splitlines()[0]}") from None
+        else:
+            drafter = replace(model, name=f"{model.name}-{spec.method}-head", num_layers=1)
+        options = {k: v for k, v in scenario.cost_model.items()
+                   if k in ("compute_efficiency", "bandwidth_efficiency", "allreduce_latency_s")}
+        if scenario.cost_model.get("kind") != "roofline":
+            options = {}
+        proposer = make_cost_model("roofline", {**options, "step_overhead_s": 0.0}, drafter,
+                                   hardware, scenario.engine.tensor_parallel_size)
+    return SpeculativeStepCost(cost, proposer, spec.num_speculative_tokens, spec.proposer_cpu_s)
 
 
 def _requests_asked(spec) -> tuple[float | None, str | None]:
@@ -121,6 +157,7 @@ def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, o
     engine = scenario.engine
     context = SchedulerContext(
         max_model_len=model.max_model_len, block_size=engine.block_size,
+        speculative=engine.speculative,
         default_max_num_seqs=default_max_num_seqs(hardware),
         default_max_num_batched_tokens=default_max_num_batched_tokens(hardware, engine.entrypoint))
     cls = get_preset(options.preset).cls.resolve_class(options)
@@ -207,6 +244,17 @@ def _budget_note(scheduler: Scheduler) -> str:
     return " - 1"
 
 
+def _run_context(prepared: Prepared, run: PreparedRun) -> SchedulerContext:
+    """The run's scheduler context: with speculation, a generator continuing the run's one
+    stream after the workload, the same for every scheduler of the scenario (one per run, its
+    replicas sharing it in step order)."""
+    if prepared.acceptance_rng_state is None:
+        return run.context
+    rng = np.random.default_rng(0)   # any seed: the state is replaced
+    rng.bit_generator.state = prepared.acceptance_rng_state
+    return replace(run.context, acceptance_rng=rng)
+
+
 @dataclass(eq=False, repr=False)
 class RunOutput:
     label: str
@@ -223,8 +271,9 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     (the run then keeps only the step series the summary and plots read). ``progress``: a
     ProgressBar (engine/progress.py) told of finished requests; it only counts them."""
     scenario, trace = prepared.scenario, prepared.trace
+    context = _run_context(prepared, run)
     schedulers = [run.scheduler_cls(run.options, run.scheduler_cls.make_kv_cache(
-        run.options, run.num_gpu_blocks, scenario.engine.block_size), run.context)
+        run.options, run.num_gpu_blocks, scenario.engine.block_size), context)
         for _ in range(scenario.engine.num_replicas)]
     requests = RequestTable(len(trace), keep_gaps=scenario.metrics.record_itl_gaps,
                             sink=files.requests if files is not None else None)
@@ -247,6 +296,11 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     hits = sum(kv.num_hit_tokens for kv in kvs)
     summary.update(prefix_cache_queries=queries, prefix_cache_hits=hits,
                    prefix_cache_hit_rate=hits / queries if queries else 0.0)
+    if context.speculative is not None:
+        stats = SpecDecodingStats(context.speculative.num_speculative_tokens)
+        for scheduler in schedulers:
+            stats.add(scheduler.spec.stats)
+        summary.update(stats.summary())
     if len(schedulers) > 1:
         summary["replicas"] = replica_summaries(result.replicas, sim.num_routed)
     summary.update(steady_state(requests.columns["arrival_s"], requests.columns["scheduled_s"],

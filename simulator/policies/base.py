@@ -17,6 +17,7 @@ from simulator.core.batch import Batch
 from simulator.core.request import Request, RequestStatus
 from simulator.kv.block_pool import KVCache
 from simulator.policies.queues import FCFSQueue
+from simulator.policies.speculative import SpecDecoder
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,6 +28,8 @@ class SchedulerContext:
     # vLLM's defaults depend on the GPU (semantics §8); the builder resolves them from hardware.
     default_max_num_seqs: int = 256
     default_max_num_batched_tokens: int = 2048
+    speculative: object | None = None      # engine.speculative (policies/speculative.py)
+    acceptance_rng: object | None = None   # the run's generator, for the acceptance draws
 
 
 class SchedulerError(ValueError):
@@ -46,6 +49,7 @@ class Scheduler:
     decode_runs_through_finishes = True
     checks_pool_at_startup = False   # vLLM's presets refuse a pool below one max_model_len request
     prefix_cache_class: ClassVar[type[KVCache] | None] = None   # the pool of enable_prefix_caching
+    supports_speculative = False   # engine.speculative (docs/speculative-decoding-semantics.md)
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
@@ -60,7 +64,17 @@ class Scheduler:
         self.num_held = 0   # running requests a fast path holds outside ``running``
         self.num_preemptions = 0
         self._running_seq = itertools.count(1)
+        self.spec = self._spec_decoder(context)
         self.check_config()
+
+    def _spec_decoder(self, context: SchedulerContext) -> SpecDecoder | None:
+        if context.speculative is None:
+            return None
+        if not self.supports_speculative:
+            raise SchedulerError(f"engine.speculative: speculative decoding is not modelled for "
+                                 f"{self.options.preset!r}; allowed only with vllm_v1 and the "
+                                 f"presets that delegate to it")
+        return SpecDecoder(context.speculative, context.acceptance_rng)
 
     # -- hooks a policy may override ---------------------------------------------------------
     @classmethod
@@ -186,6 +200,8 @@ class Scheduler:
     def update_from_output(self, batch: Batch, now_s: float) -> list[Request]:
         """Every listed request that caught up samples one token (rule 1.3.1); those that stop
         (rule 1.3.2) finish and free their KV (rule 1.3.3). Returns them."""
+        if self.spec is not None:
+            return self._update_with_spec(batch, now_s)
         finished = []
         running, max_model_len = RequestStatus.RUNNING, self.max_model_len
         for request, samples in zip(batch.requests, batch.samples):
@@ -203,6 +219,26 @@ class Scheduler:
             request.record_token(now_s)
             if rules.is_stopped(request, max_model_len):
                 finished.append(request)
+        if finished:
+            self.finish(finished, now_s)
+        return finished
+
+    def _update_with_spec(self, batch: Batch, now_s: float) -> list[Request]:
+        """Speculative decoding's step end: each sampling request emits 1 + its accepted drafts
+        as one chunk, none past its stop (rules S3, S4), and, unless it stops, holds new drafts
+        (S1). Async scheduling is refused with speculation, so no token is in flight."""
+        finished = []
+        spec, max_model_len, running = self.spec, self.max_model_len, RequestStatus.RUNNING
+        for request, samples in zip(batch.requests, batch.samples):
+            if not samples or request.status is not running:
+                continue
+            count = spec.verify(request)
+            room = rules.output_limit(request, max_model_len) - request.num_output_tokens
+            request.record_chunk(count if count <= room else room, now_s)
+            if rules.is_stopped(request, max_model_len):
+                finished.append(request)
+            else:
+                spec.propose(request)
         if finished:
             self.finish(finished, now_s)
         return finished
