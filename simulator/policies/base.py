@@ -149,9 +149,13 @@ class Scheduler:
 
     def blocks_to_finish(self, request: Request) -> int:
         """KV blocks one request needs at its peak with the cache to itself (paged: P+O-1 tokens,
-        rule 2.2 example, plus any admission watermark, since a preempted request is re-admitted
-        with its outputs); a policy that reserves more up front overrides this."""
+        rule 2.2 example, and with speculation its last verify's drafts and lookahead, plus any
+        admission watermark, since a preempted request is re-admitted with its outputs); a
+        policy that reserves more up front overrides this."""
         peak = request.num_prompt_tokens + rules.output_limit(request, self.max_model_len) - 1
+        if self.spec is not None:   # its last verify step's drafts and lookahead (rule S6)
+            extra = self.spec.num_spec_tokens + self.spec.num_lookahead_tokens
+            peak = min(peak + extra, self.max_model_len)
         return self.kv.blocks_for(peak) + self.admission_headroom_blocks()
 
     def max_request_tokens(self) -> int:
