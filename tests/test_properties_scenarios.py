@@ -189,10 +189,18 @@ def scenarios(draw, preset: str, trace_dir) -> tuple[dict, str]:
     prefill = draw(st.sampled_from([None, None, 2.0, 0.25]))
     if prefill is not None:
         cost["prefill_step_time_s"] = prefill
+    entry = draw(scheduler_entries(preset, max_model_len, large))
     raw = {"name": "prop", "seed": draw(st.integers(0, 2**32 - 1)), "model": "llama-2-7b",
            "hardware": "a100-80gb", "cost_model": cost, "engine": engine, "workload": workload,
-           "schedulers": [draw(scheduler_entries(preset, max_model_len, large))]}
-    if draw(st.sampled_from([True, True, True, False])) is False:
+           "schedulers": [entry]}
+    # Speculative decoding (docs/speculative-decoding-semantics.md) where it is modelled: V1
+    # without async scheduling (rule S9), gaps kept (rule S8).
+    if _family(preset) in V1 and not entry["async_scheduling"] and draw(st.booleans()):
+        k = draw(st.integers(1, 4))
+        engine["speculative"] = {"method": draw(st.sampled_from(["ngram", "eagle", "mtp"])),
+                                 "num_speculative_tokens": k,
+                                 "mean_acceptance_length": draw(st.sampled_from([1.0, 1.5, 1.0 + k]))}
+    elif draw(st.sampled_from([True, True, True, False])) is False:
         raw["metrics"] = {"record_itl_gaps": False}
     return raw, text
 
@@ -265,7 +273,13 @@ def check_run(raw: dict, prepared, out) -> None:
     # resumed request's hits are in no count, so with prefix caching a preemption bounds nothing.
     needed = sum(r.num_prompt_tokens + r.num_output_tokens - 1 - r.num_cached_tokens for r in rows)
     executed = int(steps["num_tokens"].sum())
-    if not (preemptions or hf):
+    speculative = raw["engine"].get("speculative") is not None
+    if speculative:   # rejected drafts are executed too (rule S3)
+        event("speculative")
+        if not (preemptions and getattr(options, "enable_prefix_caching", False)):
+            assert executed >= needed
+        assert summary["spec_decode_num_accepted_tokens"] <= summary["spec_decode_num_draft_tokens"]
+    elif not (preemptions or hf):
         assert executed == needed
     elif not getattr(options, "enable_prefix_caching", False):
         assert executed >= needed
