@@ -9,8 +9,15 @@ CPU: ``proposer_cpu_s`` per step that proposes (docs/speculative-decoding-semant
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from cost_models.base import StepCostModel
 from cost_models.batch_shape import BatchShape
+from cost_models.factory import make_cost_model
+from cost_models.model_spec import ModelSpec, load_model
+
+# The roofline options a proposer shares with a roofline target (its efficiencies on the GPUs).
+_SHARED_ROOFLINE_OPTIONS = ("compute_efficiency", "bandwidth_efficiency", "allreduce_latency_s")
 
 
 class SpeculativeStepCost:
@@ -45,3 +52,22 @@ class SpeculativeStepCost:
             time_s += proposer.step_time_s(
                 BatchShape.of_decode_rows(count, context_sum + j * count, longest + j))
         return time_s
+
+
+def speculative_step_cost(target: StepCostModel, method: str, num_speculative_tokens: int,
+                          proposer_cpu_s: float, draft_model: str | None, model: ModelSpec,
+                          hardware, tensor_parallel_size: int, cost_options: dict) -> SpeculativeStepCost:
+    """``target`` with its proposer: a draft model (a catalog name), or an EAGLE/MTP head taken
+    as one decoder layer of the target's shapes with its embedding and LM head, priced by the
+    roofline on the same GPUs (a fitted profile of the target says nothing of the drafter), with
+    the target's roofline efficiencies and no step overhead of its own (its passes run inside
+    the target's step); ngram has none."""
+    proposer = None
+    if method != "ngram":
+        drafter = (load_model(draft_model) if method == "draft_model"
+                   else replace(model, name=f"{model.name}-{method}-head", num_layers=1))
+        shared = ({k: v for k, v in cost_options.items() if k in _SHARED_ROOFLINE_OPTIONS}
+                  if cost_options.get("kind") == "roofline" else {})
+        proposer = make_cost_model("roofline", {**shared, "step_overhead_s": 0.0}, drafter,
+                                   hardware, tensor_parallel_size)
+    return SpeculativeStepCost(target, proposer, num_speculative_tokens, proposer_cpu_s)

@@ -11,7 +11,7 @@ from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
-from cost_models.speculative import SpeculativeStepCost
+from cost_models.speculative import speculative_step_cost
 from simulator.policies.defaults import default_max_num_batched_tokens, default_max_num_seqs
 from simulator.engine.routing import replica_summaries, router_for
 from simulator.engine.simulation import Simulation, SimulationResult
@@ -95,30 +95,17 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
 
 def _with_proposer(cost: StepCostModel, scenario: Scenario, model: ModelSpec,
                    hardware: HardwareSpec) -> StepCostModel:
-    """The target's cost plus the proposer's (cost_models/speculative.py, rule S7): a draft
-    model, or an EAGLE/MTP head taken as one decoder layer of the target's shapes, priced by the
-    roofline on the same GPUs (the scenario's roofline efficiencies, no step overhead of its own:
-    its passes run inside the target's step); ngram adds only its CPU time."""
+    """The target's cost plus engine.speculative's proposer (rule S7), if any."""
     spec = scenario.engine.speculative
     if spec is None:
         return cost
-    proposer = None
-    if spec.method != "ngram":
-        if spec.method == "draft_model":
-            try:
-                drafter = load_model(spec.draft_model)
-            except (ValueError, OSError) as exc:
-                raise ScenarioError(f"engine.speculative.draft_model: {spec.draft_model!r}: "
-                                    f"{str(exc).splitlines()[0]}") from None
-        else:
-            drafter = replace(model, name=f"{model.name}-{spec.method}-head", num_layers=1)
-        options = {k: v for k, v in scenario.cost_model.items()
-                   if k in ("compute_efficiency", "bandwidth_efficiency", "allreduce_latency_s")}
-        if scenario.cost_model.get("kind") != "roofline":
-            options = {}
-        proposer = make_cost_model("roofline", {**options, "step_overhead_s": 0.0}, drafter,
-                                   hardware, scenario.engine.tensor_parallel_size)
-    return SpeculativeStepCost(cost, proposer, spec.num_speculative_tokens, spec.proposer_cpu_s)
+    try:
+        return speculative_step_cost(cost, spec.method, spec.num_speculative_tokens,
+                                     spec.proposer_cpu_s, spec.draft_model, model, hardware,
+                                     scenario.engine.tensor_parallel_size, scenario.cost_model)
+    except (ValueError, OSError) as exc:
+        raise ScenarioError(f"engine.speculative.draft_model: {spec.draft_model!r}: "
+                            f"{str(exc).splitlines()[0]}") from None
 
 
 def _requests_asked(spec) -> tuple[float | None, str | None]:

@@ -156,3 +156,11 @@ def test_bad_speculative_options_are_refused_in_one_line(changes, field):
         _run(spec)
     message = str(error.value)
     assert message.startswith(field) and "\n" not in message and "must" in message, message
+
+
+def test_an_unknown_draft_model_is_refused_naming_the_field():
+    with pytest.raises(ScenarioError) as error:
+        _run({"method": "draft_model", "draft_model": "no-such-model", "num_speculative_tokens": 2,
+              "acceptance_rates": [1.0, 0.0]})
+    message = str(error.value)
+    assert message.startswith("engine.speculative.draft_model: 'no-such-model'") and "preset" in message
