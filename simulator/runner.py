@@ -1,7 +1,7 @@
 """From a validated scenario to results: everything impossible is caught before any run starts."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -11,6 +11,7 @@ from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
+from cost_models.speculative import speculative_step_cost
 from simulator.policies.defaults import default_max_num_batched_tokens, default_max_num_seqs
 from simulator.engine.disaggregation import KVLink, PoolPlan
 from simulator.engine.routing import replica_summaries, router_for
@@ -28,7 +29,8 @@ from simulator.core.request import Request
 from simulator.scenario import Scenario, ScenarioError
 from simulator.policies.base import Scheduler, SchedulerContext
 from simulator.policies.registry import get_preset
-from simulator.workload.generate import expected_num_requests, generate_seeded_workload
+from simulator.policies.speculative import SpecDecodingStats
+from simulator.workload.generate import expected_num_requests, generate_workload
 from simulator.workload.traces import WorkloadTrace
 
 
@@ -62,6 +64,9 @@ class Prepared:
     cost_model: StepCostModel
     trace: WorkloadTrace
     runs: list[PreparedRun]
+    # The run's generator after the workload's draws, continued by the acceptance draws of
+    # speculative decoding (None without it: nothing else draws).
+    acceptance_rng_state: dict | None = None
 
 
 def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
@@ -79,6 +84,7 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
         check_tensor_parallel_size(model, tp)
         cost_options = {k: v for k, v in scenario.cost_model.items() if k != "kind"}
         cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
+        cost = _with_proposer(cost, scenario, model, hardware)
         runs = [_prepare_run(scenario, model, hardware, o) for o in options]
         if scenario.disaggregation is not None:
             runs = [_with_pools(scenario, model, hardware, run) for run in runs]
@@ -87,10 +93,12 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
             for blocks, replicas in _replica_blocks(scenario, run):
                 check_blocks_fit_memory(blocks, pool.TABLE_BYTES_PER_BLOCK, run.label, replicas, limit)
         check_requests_fit_memory(*_requests_asked(scenario.workload), limit)
-        trace = generate_seeded_workload(scenario.workload, scenario.seed)
+        rng = np.random.default_rng(scenario.seed)   # the run's one generator
+        trace = generate_workload(scenario.workload, rng)
         check_run_fits_memory(len(trace), trace.max_output_tokens,
                               scenario.metrics.record_itl_gaps, limit)
-        prepared = Prepared(scenario, model, hardware, cost, trace, runs)
+        rng_state = rng.bit_generator.state if scenario.engine.speculative is not None else None
+        prepared = Prepared(scenario, model, hardware, cost, trace, runs, rng_state)
         for run in runs:
             for pool in run.pools or (None,):
                 check_requests_fit(prepared, run, pool)
@@ -106,6 +114,21 @@ def _replica_blocks(scenario: Scenario, run: PreparedRun) -> list[tuple[int, int
     if run.pools:
         return [(pool.num_gpu_blocks, pool.num_replicas) for pool in run.pools]
     return [(run.num_gpu_blocks, scenario.engine.num_replicas)]
+
+
+def _with_proposer(cost: StepCostModel, scenario: Scenario, model: ModelSpec,
+                   hardware: HardwareSpec) -> StepCostModel:
+    """The target's cost plus engine.speculative's proposer (rule S7), if any."""
+    spec = scenario.engine.speculative
+    if spec is None:
+        return cost
+    try:
+        return speculative_step_cost(cost, spec.method, spec.num_speculative_tokens,
+                                     spec.proposer_cpu_s, spec.draft_model, model, hardware,
+                                     scenario.engine.tensor_parallel_size, scenario.cost_model)
+    except (ValueError, OSError) as exc:
+        raise ScenarioError(f"engine.speculative.draft_model: {spec.draft_model!r}: "
+                            f"{str(exc).splitlines()[0]}") from None
 
 
 def _requests_asked(spec) -> tuple[float | None, str | None]:
@@ -154,6 +177,7 @@ def _probe(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, options
     engine = scenario.engine
     context = SchedulerContext(
         max_model_len=model.max_model_len, block_size=engine.block_size,
+        speculative=engine.speculative,
         default_max_num_seqs=default_max_num_seqs(hardware),
         default_max_num_batched_tokens=default_max_num_batched_tokens(hardware, engine.entrypoint))
     cls = get_preset(options.preset).cls.resolve_class(options)
@@ -188,6 +212,9 @@ def _with_pools(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec,
             raise ScenarioError(f"engine.{name}: {getattr(engine, name)!r} is not allowed with "
                                 f"disaggregation; set disaggregation.prefill.{name} and "
                                 f"disaggregation.decode.{name} instead")
+    if engine.speculative is not None:
+        raise ScenarioError("engine.speculative: not modelled with disaggregation (the decode "
+                            "pool's drafts after a pull are not written down); remove one of them")
     if not run.scheduler_cls.supports_remote_kv:
         raise ScenarioError(f"disaggregation: {run.label} ({run.options.preset}) cannot pull KV "
                             f"from a prefill pool; allowed presets: vllm_v1")
@@ -292,6 +319,17 @@ def _pool_plan(prepared: Prepared, run: PreparedRun) -> PoolPlan | None:
                     prepared.model.kv_bytes_per_token(decode.tensor_parallel_size))
 
 
+def _run_context(prepared: Prepared, run: PreparedRun) -> SchedulerContext:
+    """The run's scheduler context: with speculation, a generator continuing the run's one
+    stream after the workload, the same for every scheduler of the scenario (one per run, its
+    replicas sharing it in step order)."""
+    if prepared.acceptance_rng_state is None:
+        return run.context
+    rng = np.random.default_rng(0)   # any seed: the state is replaced
+    rng.bit_generator.state = prepared.acceptance_rng_state
+    return replace(run.context, acceptance_rng=rng)
+
+
 @dataclass(eq=False, repr=False)
 class RunOutput:
     label: str
@@ -308,10 +346,11 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     (the run then keeps only the step series the summary and plots read). ``progress``: a
     ProgressBar (engine/progress.py) told of finished requests; it only counts them."""
     scenario, trace = prepared.scenario, prepared.trace
+    context = _run_context(prepared, run)
     pools = ([(p.num_gpu_blocks, p.num_replicas, p.cost_model) for p in run.pools] if run.pools
              else [(run.num_gpu_blocks, scenario.engine.num_replicas, prepared.cost_model)])
     schedulers = [run.scheduler_cls(run.options, run.scheduler_cls.make_kv_cache(
-        run.options, blocks, scenario.engine.block_size), run.context)
+        run.options, blocks, scenario.engine.block_size), context)
         for blocks, replicas, _ in pools for _ in range(replicas)]
     cost_models = [cost for _, replicas, cost in pools for _ in range(replicas)]
     requests = RequestTable(len(trace), keep_gaps=scenario.metrics.record_itl_gaps,
@@ -337,6 +376,11 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     hits = sum(kv.num_hit_tokens for kv in kvs)
     summary.update(prefix_cache_queries=queries, prefix_cache_hits=hits,
                    prefix_cache_hit_rate=hits / queries if queries else 0.0)
+    if context.speculative is not None:
+        stats = SpecDecodingStats(context.speculative.num_speculative_tokens)
+        for scheduler in schedulers:
+            stats.add(scheduler.spec.stats)
+        summary.update(stats.summary())
     if len(schedulers) > 1:
         summary["replicas"] = replica_summaries(result.replicas, sim.num_routed)
     summary.update(steady_state(requests.columns["arrival_s"], requests.columns["scheduled_s"],

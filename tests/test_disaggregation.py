@@ -137,3 +137,10 @@ def test_a_decode_pool_too_small_for_one_request_is_refused_naming_the_pool():
     # The prefill pool holds the prompt and one token only (D1): 13 blocks of 16 suffice there.
     raw["disaggregation"] = {**RAW["disaggregation"], "prefill": {"num_gpu_blocks": 15}}
     assert run(raw).summary["completed"] == 1
+
+
+def test_speculative_decoding_with_disaggregation_is_refused():
+    raw = with_(engine={"max_model_len": 256, "speculative": {
+        "method": "ngram", "num_speculative_tokens": 2, "mean_acceptance_length": 2.0}})
+    with pytest.raises(ScenarioError, match=r"^engine\.speculative: not modelled with disaggregation"):
+        prepare(validate_scenario(raw))

@@ -38,6 +38,7 @@ from simulator.results.step_table import StepTable
 from simulator.core.request import Request, RequestStatus
 from simulator.policies.base import SchedulerContext, SchedulerError
 from simulator.policies.registry import get_preset
+from simulator.policies.speculative import SpeculativeOptions
 
 # Examples per CI run: 15 configs x 60 here, 50 in tests/test_properties_refusal.py and 8 presets
 # x 100 in tests/test_properties_scenarios.py: 1,750 in all. Randomness, database and deadline are
@@ -60,6 +61,9 @@ CONFIGS = {
     "vllm_v1_older": {"preset": "vllm_v1", "reserve_full_isl": False},
     "vllm_v1_async": {"preset": "vllm_v1", "async_scheduling": True},
     "vllm_v1_no_prefix_cache": {"preset": "vllm_v1", "enable_prefix_caching": False},
+    # Speculative decoding (docs/speculative-decoding-semantics.md): k and the acceptance drawn.
+    "vllm_v1_spec_ngram": {"preset": "vllm_v1", "enable_prefix_caching": False, "speculative": "ngram"},
+    "vllm_v1_spec_eagle": {"preset": "vllm_v1", "speculative": "eagle"},   # lookahead slots (S6)
     "sglang": {"preset": "sglang"},
     "sglang_mixed_chunk": {"preset": "sglang", "enable_mixed_chunk": True, "chunked_prefill_size": 16,
                            "new_token_ratio_decay_steps": 1},
@@ -76,19 +80,37 @@ class Case:
     step_time_s: float
     prefill_step_time_s: float | None
     requests: tuple[tuple[float, int, int, int], ...]   # (arrival_s, prompt, max_output, priority)
+    speculative: SpeculativeOptions | None = None
 
 
-def build_scheduler(options: dict, num_gpu_blocks: int, block_size: int, max_model_len: int):
+def _context(max_model_len: int, block_size: int, speculative) -> SchedulerContext:
+    # A fresh generator per scheduler: the probed and the default run draw the same acceptances.
+    return SchedulerContext(max_model_len=max_model_len, block_size=block_size,
+                            speculative=speculative,
+                            acceptance_rng=np.random.default_rng(7) if speculative else None)
+
+
+def build_scheduler(options: dict, num_gpu_blocks: int, block_size: int, max_model_len: int,
+                    speculative: SpeculativeOptions | None = None):
     preset = get_preset(options["preset"])
     opts = preset.cls.Options(**{**preset.defaults, **options})
     return preset.cls.resolve_class(opts)(opts, KVCache(num_gpu_blocks, block_size),
-                                          SchedulerContext(max_model_len=max_model_len,
-                                                           block_size=block_size))
+                                          _context(max_model_len, block_size, speculative))
+
+
+def _speculative(draw, method: str | None) -> SpeculativeOptions | None:
+    if method is None:
+        return None
+    k = draw(st.integers(1, 4))
+    rates = sorted(draw(st.lists(st.sampled_from([0.0, 0.3, 0.7, 1.0]), min_size=k, max_size=k)),
+                   reverse=True)
+    return SpeculativeOptions(method=method, num_speculative_tokens=k, acceptance_rates=tuple(rates))
 
 
 @st.composite
 def cases(draw, config: str) -> Case:
     options = dict(CONFIGS[config])
+    spec = _speculative(draw, options.pop("speculative", None))
     block_size = draw(st.sampled_from([1, 2, 4, 16]))
     max_model_len = draw(st.integers(8, 80))
     options["max_num_seqs"] = draw(st.integers(1, 6))
@@ -104,18 +126,18 @@ def cases(draw, config: str) -> Case:
         options["watermark"] = draw(st.sampled_from([0.0, 0.0, 0.05]))
     if options["preset"] == "static":
         options["max_wait_s"] = draw(st.sampled_from([0.0, 0.5, 3.0]))
-    probe = build_scheduler(options, ROOMY_BLOCKS, block_size, max_model_len)
+    probe = build_scheduler(options, ROOMY_BLOCKS, block_size, max_model_len, spec)
     max_prompt = min(probe.max_request_tokens(), max_model_len)
     rows = draw(st.lists(st.tuples(st.sampled_from([0.0, 0.0, 0.5, 1.0, 2.5, 6.0]),
                                    st.integers(1, max_prompt), st.integers(1, 40), st.integers(0, 2)),
                          min_size=1, max_size=24))
     arrivals = np.cumsum([gap for gap, *_ in rows]).tolist()
     requests = tuple((a, p, o, prio) for a, (_, p, o, prio) in zip(arrivals, rows))
-    need = smallest_pool(lambda blocks: build_scheduler(options, blocks, block_size, max_model_len),
+    need = smallest_pool(lambda blocks: build_scheduler(options, blocks, block_size, max_model_len, spec),
                          [Request(0, 0.0, p, o) for _, p, o, _ in requests])
     total = need + draw(st.integers(0, 3 * need))
     return Case(options, block_size, max_model_len, total + 1,   # + the null block (rule 2.1)
-                draw(st.sampled_from([1.0, 0.5])), draw(st.sampled_from([None, 1.5])), requests)
+                draw(st.sampled_from([1.0, 0.5])), draw(st.sampled_from([None, 1.5])), requests, spec)
 
 
 def smallest_pool(make, requests: list[Request], limit: int = ROOMY_BLOCKS) -> int:
@@ -179,8 +201,10 @@ class Probe:
         for r, n, context in zip(batch.requests, batch.new_tokens, batch.context_tokens):
             assert r in running and r.arrival_s <= now_s and n >= 1
             # C advanced at schedule time by n, never past the tokens the request has (rule 1.2),
-            # counting async placeholders for tokens still in flight (§1.6).
-            assert context + n == r.num_computed_tokens <= r.num_tokens + r.num_output_placeholders
+            # counting async placeholders for tokens still in flight (§1.6) and the drafts it
+            # verifies (rule S2).
+            assert context + n == r.num_computed_tokens <= (r.num_tokens + r.num_output_placeholders
+                                                            + r.num_scheduled_spec_tokens)
             # Slots for C + n (rule 2.2 step 1, trap 2), capped at max_model_len.
             assert self.s.kv.num_blocks_of(r) * self.s.kv.block_size >= min(r.num_computed_tokens, self.case.max_model_len)
         if not batch:
@@ -208,7 +232,8 @@ class Probe:
 
 
 def _simulate(case: Case, probed: bool):
-    scheduler = build_scheduler(case.options, case.num_gpu_blocks, case.block_size, case.max_model_len)
+    scheduler = build_scheduler(case.options, case.num_gpu_blocks, case.block_size, case.max_model_len,
+                                case.speculative)
     requests = [Request(i, a, p, o, priority=prio) for i, (a, p, o, prio) in enumerate(case.requests)]
     for r in requests:
         r.itl_gaps_s = []
@@ -252,10 +277,22 @@ def check_requests(case: Case, requests: list[Request], probe: Probe, check_gaps
         if check_gaps == "one_chunk":      # static hf: the whole output returns at batch end
             assert r.itl_gaps_s == [] and r.first_token_s == r.last_token_s
         elif check_gaps:
-            assert len(r.itl_gaps_s) == r.num_output_tokens - 1
+            # One gap per chunk: a verify step's tokens come as one (rule S8).
+            chunks = len(r.itl_gaps_s) + 1
+            assert chunks == r.num_output_tokens or case.speculative and chunks <= r.num_output_tokens
             assert math.isclose(sum(r.itl_gaps_s), r.last_token_s - r.first_token_s, abs_tol=1e-9)
-    finished_c = sum(r.num_prompt_tokens + r.num_output_tokens - 1 for r in requests)
-    assert probe.executed_tokens == finished_c + probe.lost_tokens
+    if case.speculative is None:
+        finished_c = sum(r.num_prompt_tokens + r.num_output_tokens - 1 for r in requests)
+        assert probe.executed_tokens == finished_c + probe.lost_tokens
+        return
+    # Speculation: rejected drafts are executed but C drops by them (rule S3); the last step's
+    # accepted tokens past the stop keep their KV (rule S4), at most k of them.
+    k, stats = case.speculative.num_speculative_tokens, probe.s.spec.stats
+    for r in requests:
+        assert 0 <= r.num_computed_tokens - (r.num_prompt_tokens + r.num_output_tokens - 1) <= k
+    rejected = stats.num_draft_tokens - stats.num_accepted_tokens
+    assert probe.executed_tokens == (sum(r.num_computed_tokens for r in requests) + probe.lost_tokens
+                                     + rejected)
 
 
 def check_step_log(scheduler, probe: Probe, requests: list[Request], steps: dict) -> None:

@@ -191,12 +191,21 @@ def scenarios(draw, preset: str, trace_dir) -> tuple[dict, str]:
     prefill = draw(st.sampled_from([None, None, 2.0, 0.25]))
     if prefill is not None:
         cost["prefill_step_time_s"] = prefill
+    entry = draw(scheduler_entries(preset, max_model_len, large))
     raw = {"name": "prop", "seed": draw(st.integers(0, 2**32 - 1)), "model": "llama-2-7b",
            "hardware": "a100-80gb", "cost_model": cost, "engine": engine, "workload": workload,
-           "schedulers": [draw(scheduler_entries(preset, max_model_len, large))]}
-    if draw(st.sampled_from([True, True, True, False])) is False:
+           "schedulers": [entry]}
+    # Speculative decoding (docs/speculative-decoding-semantics.md) where it is modelled: V1
+    # without async scheduling (rule S9), gaps kept (rule S8).
+    if _family(preset) in V1 and not entry["async_scheduling"] and draw(st.booleans()):
+        k = draw(st.integers(1, 4))
+        engine["speculative"] = {"method": draw(st.sampled_from(["ngram", "eagle", "mtp"])),
+                                 "num_speculative_tokens": k,
+                                 "mean_acceptance_length": draw(st.sampled_from([1.0, 1.5, 1.0 + k]))}
+    elif draw(st.sampled_from([True, True, True, False])) is False:
         raw["metrics"] = {"record_itl_gaps": False}
-    if get_preset(preset).cls.supports_remote_kv and draw(st.sampled_from([False] * 3 + [True])):
+    if ("speculative" not in engine and get_preset(preset).cls.supports_remote_kv
+            and draw(st.sampled_from([False] * 3 + [True]))):
         raw["disaggregation"] = draw(pools(replicas))
         raw["engine"] = {k: v for k, v in engine.items() if k not in ("num_gpu_blocks", "num_replicas")}
     return raw, text
@@ -292,7 +301,13 @@ def check_run(raw: dict, prepared, out) -> None:
     # P/D: the decode side computes each prompt's last token once more (rule D4).
     needed = sum(r.num_prompt_tokens + r.num_output_tokens - 1 - r.num_cached_tokens for r in rows)
     executed = int(steps["num_tokens"].sum())
-    if disaggregated:
+    speculative = raw["engine"].get("speculative") is not None
+    if speculative:   # rejected drafts are executed too (rule S3)
+        event("speculative")
+        if not (preemptions and getattr(options, "enable_prefix_caching", False)):
+            assert executed >= needed
+        assert summary["spec_decode_num_accepted_tokens"] <= summary["spec_decode_num_draft_tokens"]
+    elif disaggregated:
         if not (preemptions or getattr(options, "enable_prefix_caching", False)):
             assert executed == needed + n
     elif not (preemptions or hf):

@@ -38,6 +38,8 @@ VARIANTS = {
                                  {"kind": "sharegpt", "max": 1000}],
     ("workload", "lengths"): [{"kind": "vllm_random", "input_len": 16}, {"kind": "sharegpt"}],
     ("workload", "sessions"): [{"num_turns": {"kind": "fixed", "value": 2}, "think_time_s": 1.0}],
+    ("engine", "speculative"): [{"method": "ngram", "num_speculative_tokens": 2,
+                                 "mean_acceptance_length": 2.0}],
 }
 # Words that say what is allowed, in pydantic's messages and ours.
 ALLOWED = re.compile(r"must|allowed|one of|should|expected|valid|greater|less|at (most|least)"

@@ -22,8 +22,12 @@ PRESETS = {
     "vllm_v1_priority": {"preset": "vllm_v1", "max_num_seqs": 16, "max_num_batched_tokens": 128,
                          "scheduling_policy": "priority"},
     "vllm_v1_spf": {"preset": "vllm_v1_spf", "max_num_seqs": 16, "max_num_batched_tokens": 128},
+    # With engine.speculative (SPECULATIVE): the verify path calls the same rules.
+    "vllm_v1_spec": {"preset": "vllm_v1", "max_num_seqs": 16, "max_num_batched_tokens": 128},
 }
-CHUNKED = ("vllm_v0_chunked", "sarathi", "vllm_v1", "vllm_v1_priority", "vllm_v1_spf")
+SPECULATIVE = {"vllm_v1_spec": {"method": "eagle", "num_speculative_tokens": 3,
+                                "mean_acceptance_length": 2.5}}
+CHUNKED = ("vllm_v0_chunked", "sarathi", "vllm_v1", "vllm_v1_priority", "vllm_v1_spf", "vllm_v1_spec")
 PAGED = ("vllm_v0", *CHUNKED)   # blocks allocated as tokens are computed (rule 2.2)
 NUM_REQUESTS = 300
 
@@ -35,9 +39,12 @@ def scenario(label: str) -> dict:
                 "num_requests": NUM_REQUESTS}
     if label == "vllm_v1_priority":
         workload["priority"] = {"values": [0, 1, 2]}
+    engine = {"num_gpu_blocks": 4000, "max_model_len": 1024}
+    if label in SPECULATIVE:
+        engine["speculative"] = SPECULATIVE[label]
     return {"name": f"rule-{label}", "seed": 3, "model": "llama-3.1-8b", "hardware": "h100-sxm",
             "cost_model": {"kind": "roofline"},
-            "engine": {"num_gpu_blocks": 4000, "max_model_len": 1024},
+            "engine": engine,
             "workload": workload, "schedulers": [PRESETS[label]],
             "metrics": {"record_itl_gaps": True}}
 
@@ -91,3 +98,14 @@ def test_a_changed_block_need_is_followed_on_every_path(label, monkeypatch):
         assert changed.summary["mean_kv_usage"] > baseline.summary["mean_kv_usage"]
     else:
         assert fingerprint(changed) == fingerprint(baseline)
+
+
+def test_drafts_enter_the_schedule_only_through_tokens_wanted(monkeypatch):
+    # Rule S1: a tokens_wanted that leaves out the drafts schedules none of them, so no step
+    # verifies a draft and the run is the one without speculation's token counts.
+    original = rules.tokens_wanted
+    monkeypatch.setattr(rules, "tokens_wanted", lambda r: original(r) - r.num_spec_tokens)
+    changed, _ = both_paths("vllm_v1_spec")
+    assert changed.summary["spec_decode_num_drafts"] == 0
+    assert all(r.num_output_tokens == min(r.max_output_tokens, 1024 - r.num_prompt_tokens)
+               for r in changed.requests.rows())

@@ -27,6 +27,8 @@ class Request:
     num_output_tokens: int = 0
     num_output_placeholders: int = 0  # async scheduling: tokens in flight, not yet sampled
     num_stale_samples: int = 0        # async: tokens in flight at a preemption, to be discarded
+    num_spec_tokens: int = 0          # speculative decoding: drafts proposed, not yet scheduled
+    num_scheduled_spec_tokens: int = 0   # drafts the step in flight verifies
     status: RequestStatus = RequestStatus.WAITING
     running_seq: int = 0                  # order of (re-)entry into the running list
     num_preemptions: int = 0
@@ -93,9 +95,16 @@ class Request:
         self.last_token_s = last_s
         self.num_output_tokens += count
 
+    def record_chunk(self, count: int, now_s: float) -> None:
+        """``count`` output tokens sampled together at ``now_s`` (a verify step's accepted drafts
+        and its bonus token): one chunk to the client, so one inter-token gap (metrics §7)."""
+        self.record_tokens(count, now_s, now_s, 0.0, 0.0, ())
+
     def reset_for_recompute(self) -> None:
-        """Recompute preemption: KV is dropped, outputs are kept and re-prefilled on resume."""
+        """Recompute preemption: KV is dropped, outputs are kept and re-prefilled on resume;
+        drafts are dropped with the KV (speculative rule S5)."""
         self.num_computed_tokens = 0
+        self.num_spec_tokens = self.num_scheduled_spec_tokens = 0
         self.num_stale_samples += self.num_output_placeholders   # computed on the dropped KV
         self.num_output_placeholders = 0
         self.status = RequestStatus.PREEMPTED

@@ -12,10 +12,19 @@ from simulator.core.request import Request
 
 
 def tokens_wanted(request: Request) -> int:
-    """Tokens a request asks for before it samples again: num_tokens (+ tokens in flight under
-    async scheduling) - C (rule 1.2 A1). A decode is the case 1."""
+    """Tokens a request asks for before it samples again: num_tokens_with_spec (+ tokens in
+    flight under async scheduling) - C (rule 1.2 A1; drafts: speculative rule S1). A decode is
+    the case 1, a decode with k drafts 1 + k."""
     return (request.num_prompt_tokens + request.num_output_tokens + request.num_output_placeholders
-            - request.num_computed_tokens)
+            + request.num_spec_tokens - request.num_computed_tokens)
+
+
+def scheduled_spec_tokens(request: Request, computed_before: int, num_new_tokens: int) -> int:
+    """Drafts a step verifies: the scheduled tokens past num_tokens, at most the drafts held
+    (speculative rule S2: under budget pressure a decode verifies only the drafts it got)."""
+    past = (computed_before + num_new_tokens - request.num_prompt_tokens - request.num_output_tokens
+            - request.num_output_placeholders)
+    return min(past, request.num_spec_tokens) if past > 0 else 0
 
 
 def samples(request: Request, computed_after: int) -> bool:

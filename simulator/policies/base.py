@@ -17,6 +17,7 @@ from simulator.core.batch import Batch
 from simulator.core.request import Request, RequestStatus
 from simulator.kv.block_pool import KVCache
 from simulator.policies.queues import FCFSQueue
+from simulator.policies.speculative import SpecDecoder
 
 
 @dataclass(frozen=True, eq=False)
@@ -27,6 +28,8 @@ class SchedulerContext:
     # vLLM's defaults depend on the GPU (semantics §8); the builder resolves them from hardware.
     default_max_num_seqs: int = 256
     default_max_num_batched_tokens: int = 2048
+    speculative: object | None = None      # engine.speculative (policies/speculative.py)
+    acceptance_rng: object | None = None   # the run's generator, for the acceptance draws
 
 
 class SchedulerError(ValueError):
@@ -46,6 +49,7 @@ class Scheduler:
     decode_runs_through_finishes = True
     checks_pool_at_startup = False   # vLLM's presets refuse a pool below one max_model_len request
     prefix_cache_class: ClassVar[type[KVCache] | None] = None   # the pool of enable_prefix_caching
+    supports_speculative = False   # engine.speculative (docs/speculative-decoding-semantics.md)
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
@@ -61,7 +65,17 @@ class Scheduler:
         self.num_preemptions = 0
         self._running_seq = itertools.count(1)
         self.kv_pulls: list[Request] = []   # P/D: pulls started this schedule, for the engine
+        self.spec = self._spec_decoder(context)
         self.check_config()
+
+    def _spec_decoder(self, context: SchedulerContext) -> SpecDecoder | None:
+        if context.speculative is None:
+            return None
+        if not self.supports_speculative:
+            raise SchedulerError(f"engine.speculative: speculative decoding is not modelled for "
+                                 f"{self.options.preset!r}; allowed only with vllm_v1 and the "
+                                 f"presets that delegate to it")
+        return SpecDecoder(context.speculative, context.acceptance_rng)
 
     # -- hooks a policy may override ---------------------------------------------------------
     @classmethod
@@ -136,9 +150,13 @@ class Scheduler:
 
     def blocks_to_finish(self, request: Request) -> int:
         """KV blocks one request needs at its peak with the cache to itself (paged: P+O-1 tokens,
-        rule 2.2 example, plus any admission watermark, since a preempted request is re-admitted
-        with its outputs); a policy that reserves more up front overrides this."""
+        rule 2.2 example, and with speculation its last verify's drafts and lookahead, plus any
+        admission watermark, since a preempted request is re-admitted with its outputs); a
+        policy that reserves more up front overrides this."""
         peak = request.num_prompt_tokens + rules.output_limit(request, self.max_model_len) - 1
+        if self.spec is not None:   # its last verify step's drafts and lookahead (rule S6)
+            extra = self.spec.num_spec_tokens + self.spec.num_lookahead_tokens
+            peak = min(peak + extra, self.max_model_len)
         return self.kv.blocks_for(peak) + self.admission_headroom_blocks()
 
     def max_request_tokens(self) -> int:
@@ -187,6 +205,8 @@ class Scheduler:
     def update_from_output(self, batch: Batch, now_s: float) -> list[Request]:
         """Every listed request that caught up samples one token (rule 1.3.1); those that stop
         (rule 1.3.2) finish and free their KV (rule 1.3.3). Returns them."""
+        if self.spec is not None:
+            return self._update_with_spec(batch, now_s)
         finished = []
         running, max_model_len = RequestStatus.RUNNING, self.max_model_len
         for request, samples in zip(batch.requests, batch.samples):
@@ -204,6 +224,26 @@ class Scheduler:
             request.record_token(now_s)
             if rules.is_stopped(request, max_model_len):
                 finished.append(request)
+        if finished:
+            self.finish(finished, now_s)
+        return finished
+
+    def _update_with_spec(self, batch: Batch, now_s: float) -> list[Request]:
+        """Speculative decoding's step end: each sampling request emits 1 + its accepted drafts
+        as one chunk, none past its stop (rules S3, S4), and, unless it stops, holds new drafts
+        (S1). Async scheduling is refused with speculation, so no token is in flight."""
+        finished = []
+        spec, max_model_len, running = self.spec, self.max_model_len, RequestStatus.RUNNING
+        for request, samples in zip(batch.requests, batch.samples):
+            if not samples or request.status is not running:
+                continue
+            count = spec.verify(request)
+            room = rules.output_limit(request, max_model_len) - request.num_output_tokens
+            request.record_chunk(count if count <= room else room, now_s)
+            if rules.is_stopped(request, max_model_len):
+                finished.append(request)
+            else:
+                spec.propose(request)
         if finished:
             self.finish(finished, now_s)
         return finished

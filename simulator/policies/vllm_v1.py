@@ -7,7 +7,7 @@ from simulator.core import rules
 from simulator.core.batch import Batch
 from simulator.core.request import Request, RequestStatus
 from simulator.kv.prefix_cache import PrefixCachingKVCache
-from simulator.policies.base import Scheduler
+from simulator.policies.base import Scheduler, SchedulerError
 from simulator.policies.options import Bool, Fraction, NonNegativeInt, SchedulerOptions, options_config
 from simulator.policies.queues import FCFSQueue, PriorityQueue, priority_order
 from simulator.policies.registry import register_scheduler
@@ -35,6 +35,7 @@ class VllmV1Scheduler(Scheduler):
     checks_pool_at_startup = True
     supports_priority = True
     serves_running_in_order = True
+    supports_speculative = True
     Options = VllmV1Options
     prefix_cache_class = PrefixCachingKVCache
     supports_remote_kv = True
@@ -46,12 +47,17 @@ class VllmV1Scheduler(Scheduler):
         o = self.options
         self._watermark_blocks = int(o.watermark * self.kv.num_total_blocks)
         self.async_scheduling = bool(o.async_scheduling)
+        if self.async_scheduling and self.spec is not None:
+            raise SchedulerError(f"schedulers.{o.label}.async_scheduling: true is not modelled with "
+                                 f"engine.speculative (drafts in flight); allowed: false or unset")
         self.check_token_budget(o.enable_chunked_prefill)
 
     @property
     def may_hold_decoders(self) -> bool:
-        # The priority policy's victim is any running request (rule 2.5), a held one too.
-        return super().may_hold_decoders and self.options.scheduling_policy != "priority"
+        # The priority policy's victim is any running request (rule 2.5), a held one too; a
+        # speculating decoder asks for 1 + k tokens and C moves by its draws (rule S1).
+        return (super().may_hold_decoders and self.options.scheduling_policy != "priority"
+                and self.spec is None)
 
     def _cap(self, n: int) -> int:
         threshold = self.options.long_prefill_token_threshold
@@ -72,7 +78,10 @@ class VllmV1Scheduler(Scheduler):
 
     def _schedule_running(self, batch: Batch, budget: int) -> int:
         """Phase A (rule 1.2): the running list in order while budget is left."""
-        running, kv, max_model_len = self.running, self.kv, self.max_model_len
+        running, kv, max_model_len, spec = self.running, self.kv, self.max_model_len, self.spec
+        # Slots for the drafter's next proposals, allocated ahead (rule S6; 0 without one).
+        lookahead = 0 if spec is None else spec.num_lookahead_tokens
+        slot_cap = max_model_len if lookahead else None   # allocate_slots caps at max_model_len
         i = 0
         while i < len(running) and budget > 0:
             request = running[i]
@@ -85,7 +94,7 @@ class VllmV1Scheduler(Scheduler):
             if n <= 0:
                 i += 1
                 continue
-            while not kv.allocate(request, n):
+            while not kv.allocate(request, n + lookahead, slot_cap):
                 victim = self._pick_victim()
                 budget += self._preempt_running(batch, victim)
                 if victim is request:
@@ -93,6 +102,8 @@ class VllmV1Scheduler(Scheduler):
                 if running.index(request) < i:
                     i -= 1  # a scheduled request before us left the list
             batch.add(request, n)
+            if spec is not None:
+                spec.mark_scheduled(request, n)
             budget -= n
             i += 1
         return budget

@@ -30,6 +30,7 @@ from simulator.scenario.file import read_raw_scenario
 from simulator.scenario.pools import DisaggregationOptions, GpuBlocks
 from simulator.engine.routing import DEFAULT_LOAD_BOUND, router_names
 from simulator.policies.registry import get_preset, preset_names
+from simulator.policies.speculative import SpeculativeOptions
 from simulator.workload.generate import WorkloadSpec
 
 # A name becomes a folder under the result directory: no separators, no "." or ".." tricks, and
@@ -64,6 +65,8 @@ class EngineOptions:
     router_load_bound: NonNegativeInt = DEFAULT_LOAD_BOUND
     # `vllm serve` and the `LLM` class have different default budgets (trap 11).
     entrypoint: Literal["serve", "llm"] = "serve"
+    # vLLM's speculative_config (docs/speculative-decoding-semantics.md); None: off.
+    speculative: SpeculativeOptions | None = None
 
 
 @options_config
@@ -245,6 +248,7 @@ def validate_scenario(raw: dict, base_dir: Path | None = None) -> Scenario:
     scenario = _build_scenario(raw)
     scenario.scheduler_options()
     _check_files(scenario)
+    _check_speculative(scenario)
     if scenario.sweep is not None or scenario.num_seeds != 1:
         from simulator.scenario.sweep_plan import check_sweep  # late: it imports this module
         check_sweep(raw, base_dir)
@@ -259,6 +263,14 @@ def _check_files(scenario: Scenario) -> None:
         if isinstance(path, str) and not user_paths.is_file(path):
             raise ScenarioError(f"workload.{where}.path: file {path!r} does not exist (a relative "
                                 f"path is looked up next to the scenario file)")
+
+
+def _check_speculative(scenario: Scenario) -> None:
+    """ITL pools the gaps between chunks, and a verify step emits several tokens in one chunk:
+    the per-request sums cannot count them, so speculation needs the gaps kept."""
+    if scenario.engine.speculative is not None and not scenario.metrics.record_itl_gaps:
+        raise ScenarioError("metrics.record_itl_gaps: false is not allowed with engine.speculative "
+                            "(ITL pools chunk gaps, which only kept gaps count); must be true")
 
 
 def _resolve_paths(raw: dict, base_dir: Path) -> dict:

@@ -67,7 +67,10 @@ def to_float(cell: str) -> float | None:
 
 
 def short_value(cell: str) -> str:
-    """A swept value for a legend: ``{"kind":"fixed","value":128}`` -> ``fixed 128``."""
+    """A swept value for a legend: ``{"kind":"fixed","value":128}`` -> ``fixed 128``; a block
+    swept to null (e.g. ``engine.speculative``: off) is an empty cell -> ``none``."""
+    if cell == "":
+        return "none"
     try:
         value = json.loads(cell)
     except (TypeError, ValueError):
