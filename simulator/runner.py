@@ -1,7 +1,7 @@
 """From a validated scenario to results: everything impossible is caught before any run starts."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -9,6 +9,7 @@ import numpy as np
 from cost_models.base import StepCostModel
 from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
+from cost_models.hybrid_layout import HybridLayout, hybrid_layout
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
 from simulator.policies.defaults import default_max_num_batched_tokens, default_max_num_seqs
@@ -39,6 +40,22 @@ class PreparedRun:
     scheduler_cls: type[Scheduler]
     num_gpu_blocks: int
     context: SchedulerContext
+    layout: HybridLayout | None = None   # a hybrid model's pool layout (its block size is the run's)
+
+    def make_kv_cache(self) -> KVCache:
+        """A fresh pool of this run."""
+        return self.scheduler_cls.make_kv_cache(self.options, self.num_gpu_blocks,
+                                                self.context.block_size, self.layout)
+
+    def counted_kv_cache(self) -> KVCache:
+        """A pool of this run's shape with counted blocks only (no prefix-cache tables): for
+        probes and replays that never hash."""
+        return counted_kv_cache(self.num_gpu_blocks, self.context.block_size, self.layout)
+
+
+def counted_kv_cache(num_gpu_blocks: int, block_size: int, layout: HybridLayout | None) -> KVCache:
+    return (Scheduler.make_kv_cache(None, num_gpu_blocks, block_size, layout) if layout
+            else KVCache(num_gpu_blocks, block_size))
 
 
 @dataclass(eq=False, repr=False)   # likewise; its repr would print the whole workload
@@ -119,12 +136,16 @@ def _model(scenario: Scenario) -> ModelSpec:
 
 def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, options) -> PreparedRun:
     engine = scenario.engine
+    layout = hybrid_layout(model, engine.tensor_parallel_size, engine.block_size)
     context = SchedulerContext(
-        max_model_len=model.max_model_len, block_size=engine.block_size,
+        max_model_len=model.max_model_len,
+        block_size=layout.block_size if layout else engine.block_size,
         default_max_num_seqs=default_max_num_seqs(hardware),
         default_max_num_batched_tokens=default_max_num_batched_tokens(hardware, engine.entrypoint))
     cls = get_preset(options.preset).cls.resolve_class(options)
-    probe = cls(options, KVCache(2, engine.block_size), context)  # resolves defaults, checks config
+    if layout is not None:
+        options = _hybrid_options(cls, options, model)
+    probe = cls(options, counted_kv_cache(2, context.block_size, layout), context)  # checks config
     try:
         memory_blocks = num_gpu_blocks(
             model, hardware, engine.tensor_parallel_size, engine.gpu_memory_utilization,
@@ -137,7 +158,20 @@ def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, o
         probe.check_pool_holds_max_model_len(
             memory_blocks, f"{engine.gpu_memory_utilization:g} of {hardware.name}'s memory holds")
     blocks = engine.num_gpu_blocks or memory_blocks
-    return PreparedRun(options.label, probe.options, cls, blocks, context)
+    return PreparedRun(options.label, probe.options, cls, blocks, context, layout)
+
+
+def _hybrid_options(cls: type[Scheduler], options, model: ModelSpec):
+    """A hybrid model runs only where its state pool is modelled, and vLLM turns prefix caching
+    off for it (rule H6: no mamba_cache_mode 'align' here)."""
+    if not cls.supports_state_pool:
+        raise ScenarioError(
+            f"schedulers.{options.label}.preset: {options.preset!r} does not model the state pool "
+            f"of hybrid model {model.name} ({model.state_layers.num_layers} "
+            f"{model.state_layers.kind} layers); allowed: vllm_v1, vllm_v1_spf")
+    if getattr(options, "enable_prefix_caching", False):
+        options = replace(options, enable_prefix_caching=False)
+    return options
 
 
 def iter_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False) -> Iterator[Request]:
@@ -175,8 +209,7 @@ def check_requests_fit(prepared: Prepared, run: PreparedRun) -> None:
     trace = prepared.trace
     if len(trace) == 0:
         raise ScenarioError("workload: generates no request (raise num_requests or duration_s)")
-    scheduler = run.scheduler_cls(run.options, KVCache(run.num_gpu_blocks, prepared.scenario.engine.block_size),
-                                  run.context)
+    scheduler = run.scheduler_cls(run.options, run.counted_kv_cache(), run.context)
     limit = scheduler.max_request_tokens()
     longest = int(np.argmax(trace.num_prompt_tokens))
     if trace.num_prompt_tokens[longest] > limit:
@@ -223,9 +256,8 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     (the run then keeps only the step series the summary and plots read). ``progress``: a
     ProgressBar (engine/progress.py) told of finished requests; it only counts them."""
     scenario, trace = prepared.scenario, prepared.trace
-    schedulers = [run.scheduler_cls(run.options, run.scheduler_cls.make_kv_cache(
-        run.options, run.num_gpu_blocks, scenario.engine.block_size), run.context)
-        for _ in range(scenario.engine.num_replicas)]
+    schedulers = [run.scheduler_cls(run.options, run.make_kv_cache(), run.context)
+                  for _ in range(scenario.engine.num_replicas)]
     requests = RequestTable(len(trace), keep_gaps=scenario.metrics.record_itl_gaps,
                             sink=files.requests if files is not None else None)
     steps = StepTable(sink=files.steps if files is not None else None)

@@ -13,6 +13,8 @@ from simulator.core.request import Request
 
 class KVCache:
     TABLE_BYTES_PER_BLOCK = 0   # counted blocks: no table per block (see PrefixCachingKVCache)
+    # Blocks a request takes per block_size more tokens (a hybrid pool: one per attention group).
+    blocks_per_token_block = 1
 
     def __init__(self, num_gpu_blocks: int, block_size: int, *, reserve_null_block: bool = True):
         if block_size <= 0:
@@ -42,6 +44,10 @@ class KVCache:
 
     def num_blocks_of(self, request: Request) -> int:
         return self._num_blocks.get(request, 0)
+
+    def token_slots_of(self, request: Request) -> int:
+        """Token slots the request's blocks hold."""
+        return self._num_blocks.get(request, 0) * self.block_size
 
     def blocks_needed(self, request: Request, total_tokens: int) -> int:
         """Extra blocks the request needs to hold ``total_tokens`` tokens of KV."""

@@ -16,6 +16,7 @@ from simulator.core import rules
 from simulator.core.batch import Batch
 from simulator.core.request import Request, RequestStatus
 from simulator.kv.block_pool import KVCache
+from simulator.kv.hybrid_pool import HybridKVCache
 from simulator.policies.queues import FCFSQueue
 
 
@@ -46,6 +47,8 @@ class Scheduler:
     decode_runs_through_finishes = True
     checks_pool_at_startup = False   # vLLM's presets refuse a pool below one max_model_len request
     prefix_cache_class: ClassVar[type[KVCache] | None] = None   # the pool of enable_prefix_caching
+    # Runs hybrid models: their state blocks come from the KV pool (docs/hybrid-state-semantics.md)
+    supports_state_pool: ClassVar[bool] = False
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
@@ -71,7 +74,13 @@ class Scheduler:
         return cls.prefix_cache_class if caching else KVCache
 
     @classmethod
-    def make_kv_cache(cls, options, num_gpu_blocks: int, block_size: int) -> KVCache:
+    def make_kv_cache(cls, options, num_gpu_blocks: int, block_size: int, layout=None) -> KVCache:
+        """The pool of a run; ``layout`` (cost_models.hybrid_layout.HybridLayout): a hybrid
+        model's, whose state blocks come from the same pool (rule H3)."""
+        if layout is not None:
+            return HybridKVCache(num_gpu_blocks, block_size,
+                                 num_attention_groups=layout.num_attention_groups,
+                                 num_state_groups=layout.num_state_groups)
         return cls.kv_cache_class(options)(num_gpu_blocks, block_size)
 
     @classmethod
@@ -113,7 +122,7 @@ class Scheduler:
         memory holds (``where`` says how), whatever num_gpu_blocks the scenario gives."""
         if not self.checks_pool_at_startup:
             return
-        need = -(-self.max_model_len // self.kv.block_size)
+        need = self.kv.blocks_for(self.max_model_len)   # a hybrid pool: its state blocks too
         if need > num_memory_blocks:
             raise SchedulerError(
                 f"engine.max_model_len: {self.max_model_len} tokens need {need} KV blocks of "
