@@ -260,7 +260,10 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
                   for _ in range(scenario.engine.num_replicas)]
     requests = RequestTable(len(trace), keep_gaps=scenario.metrics.record_itl_gaps,
                             sink=files.requests if files is not None else None)
-    steps = StepTable(sink=files.steps if files is not None else None)
+    hybrid = run.layout is not None
+    if hybrid and files is not None:
+        files.add_state_slots()
+    steps = StepTable(sink=files.steps if files is not None else None, state_slots=hybrid)
     sim = Simulation(iter_requests(trace, scenario.metrics.record_itl_gaps), schedulers,
                      prepared.cost_model, steps, num_requests=len(trace),
                      max_concurrency=trace.max_concurrency, router=router_for(scenario.engine),

@@ -63,6 +63,11 @@ class KVCache:
         return self.blocks_needed(request, total_tokens) + headroom_blocks <= self.num_free_blocks
 
     @property
+    def num_state_slots_used(self) -> int:
+        """Requests holding a fixed state (a hybrid model's pool: simulator/kv/hybrid_pool.py)."""
+        return 0
+
+    @property
     def num_used_blocks(self) -> int:
         return self.num_total_blocks - self.num_free_blocks
 

@@ -26,6 +26,9 @@ STEP_DTYPES: dict[str, type] = {
     "num_preemptions": np.int64,     # decided while forming this step
 }
 STEP_COLUMNS: tuple[str, ...] = tuple(STEP_DTYPES)
+# A hybrid model's runs add one column: requests holding a state (docs/hybrid-state-semantics.md H4).
+STATE_SLOTS = "num_state_slots"
+HYBRID_STEP_DTYPES: dict[str, type] = {**STEP_DTYPES, STATE_SLOTS: np.int64}
 # What a run keeps of every step once the rest is written: the summary's and the plots' series.
 STEP_SERIES: tuple[str, ...] = ("start_s", "end_s", "num_running", "num_waiting", "kv_usage",
                                 "num_preemptions")

@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 
 from simulator.results.atomic import atomic_write, put_in_place, staging_folder
-from simulator.results.columns import REQUEST_COLUMNS, STEP_COLUMNS, STEP_DTYPES
+from simulator.results.columns import (HYBRID_STEP_DTYPES, REQUEST_COLUMNS, STATE_SLOTS, STEP_COLUMNS,
+                                       STEP_DTYPES)
 
 REQUESTS, STEPS, SUMMARY_JSON = "requests", "steps", "summary.json"
 FORMATS = ("csv", "parquet")
@@ -132,6 +133,11 @@ class ResultFolder:
                                self.format)
         self.requests = RequestFile(self._staging / f"{REQUESTS}.{self.format}", self.format)
         return self
+
+    def add_state_slots(self) -> None:
+        """steps with the STATE_SLOTS column too (a hybrid model's run), before any is written."""
+        self.steps = TableFile(self.steps.path, STEP_COLUMNS + (STATE_SLOTS,), HYBRID_STEP_DTYPES,
+                               self.format)
 
     def finish(self, summary: dict) -> Path:
         self.steps.close()

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.results.columns import LEVELS, STEP_COLUMNS, STEP_DTYPES, STEP_FIGURES, STEP_SERIES
+from simulator.results.columns import (HYBRID_STEP_DTYPES, LEVELS, STATE_SLOTS, STEP_COLUMNS,
+                                       STEP_FIGURES, STEP_SERIES)
 from simulator.results.decimate import envelope, thin_events
 
 CHUNK_ROWS = 65_536
@@ -26,11 +27,15 @@ _END_S = STEP_COLUMNS.index("end_s")   # the column whose length is the buffered
 
 
 class StepTable:
-    def __init__(self, sink=None, chunk_rows: int = CHUNK_ROWS):
+    def __init__(self, sink=None, chunk_rows: int = CHUNK_ROWS, state_slots: bool = False):
+        """``state_slots``: add the STATE_SLOTS column (a hybrid model's runs)."""
         self.sink = sink
         self.chunk_rows = chunk_rows
+        self.columns = STEP_COLUMNS + (STATE_SLOTS,) if state_slots else STEP_COLUMNS
         self._lists: tuple[list, ...] = tuple([] for _ in STEP_COLUMNS)
-        self._kept = STEP_SERIES if sink is not None else STEP_COLUMNS
+        self._state_slots: list[int] | None = [] if state_slots else None
+        self._kept = (STEP_SERIES + (STATE_SLOTS,) if state_slots else STEP_SERIES) \
+            if sink is not None else self.columns
         self._chunks: list[dict[str, np.ndarray]] = []   # the current window's
         self._num_flushed = 0
         self._folded: list[dict] = []                    # each folded window's sums
@@ -45,8 +50,9 @@ class StepTable:
 
     def append(self, start_s: float, end_s: float, num_seqs: int, num_prefill_seqs: int,
                num_decode_seqs: int, num_tokens: int, num_prefill_tokens: int,
-               num_running: int, num_waiting: int, kv_usage: float, num_preemptions: int) -> None:
-        """Record one step."""
+               num_running: int, num_waiting: int, kv_usage: float, num_preemptions: int,
+               num_state_slots: int = 0) -> None:
+        """Record one step (``num_state_slots``: kept only with the STATE_SLOTS column)."""
         (start, end, seqs, prefill_seqs, decode_seqs, tokens, prefill_tokens, running, waiting,
          kv, preemptions) = self._lists
         start.append(start_s)
@@ -60,12 +66,14 @@ class StepTable:
         waiting.append(num_waiting)
         kv.append(kv_usage)
         preemptions.append(num_preemptions)
+        if self._state_slots is not None:
+            self._state_slots.append(num_state_slots)
         if len(end) >= self.chunk_rows:
             self.flush()
 
     def extend_decode_steps(self, start_s: float, end_s: list[float], num_rows: list[int],
                             num_running: list[int], num_waiting: list[int],
-                            kv_usage: list[float]) -> None:
+                            kv_usage: list[float], num_state_slots: list[int] | None = None) -> None:
         """Record back-to-back all-decode steps (a run): step i runs from the previous end
         (``start_s`` for the first) to ``end_s[i]`` with ``num_rows[i]`` decodes."""
         k = len(end_s)
@@ -84,6 +92,8 @@ class StepTable:
         running += num_running
         waiting += num_waiting
         kv += kv_usage
+        if self._state_slots is not None:
+            self._state_slots += num_state_slots
         if len(end) >= self.chunk_rows:
             self.flush()
 
@@ -91,12 +101,15 @@ class StepTable:
         """Hand the buffered rows to the sink as one chunk, keeping what the table keeps."""
         if not self._lists[_END_S]:
             return
+        lists = self._lists if self._state_slots is None else (*self._lists, self._state_slots)
         try:
-            chunk = {name: np.fromiter(values, STEP_DTYPES[name], len(values))
-                     for name, values in zip(STEP_COLUMNS, self._lists)}
+            chunk = {name: np.fromiter(values, HYBRID_STEP_DTYPES[name], len(values))
+                     for name, values in zip(self.columns, lists)}
         except (TypeError, ValueError) as exc:   # e.g. a count that is no integer
             raise ValueError(f"step log: a value cannot be stored ({exc})") from None
         self._lists = tuple([] for _ in STEP_COLUMNS)
+        if self._state_slots is not None:
+            self._state_slots = []
         if self.sink is not None:
             self.sink.write(chunk)
         self._chunks.append({name: _compact(chunk[name]) if self.sink is not None else chunk[name]
@@ -109,7 +122,7 @@ class StepTable:
         """The current window's kept columns, each one array (its chunks let go)."""
         if len(self._chunks) != 1:
             self._chunks = [{name: np.concatenate([c[name] for c in self._chunks])
-                             if self._chunks else np.empty(0, STEP_DTYPES[name]) for name in self._kept}]
+                             if self._chunks else np.empty(0, HYBRID_STEP_DTYPES[name]) for name in self._kept}]
         return self._chunks[0]
 
     def _fold_window(self) -> None:
@@ -153,8 +166,8 @@ class StepTable:
         missing = [name for name in STEP_COLUMNS if name not in columns]
         if missing:
             raise ValueError(f"step log columns: missing {missing}; need all of {list(STEP_COLUMNS)}")
-        table = cls()
-        table._chunks = [{name: np.asarray(columns[name], STEP_DTYPES[name]) for name in STEP_COLUMNS}]
+        table = cls(state_slots=STATE_SLOTS in columns)
+        table._chunks = [{name: np.asarray(columns[name], HYBRID_STEP_DTYPES[name]) for name in table.columns}]
         table._num_flushed = len(table._chunks[0]["end_s"])
         return table
 
