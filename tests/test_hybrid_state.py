@@ -193,3 +193,16 @@ def test_roofline_prices_each_sequences_state_read_and_write_and_its_run_method_
         times = model.decode_steps_time_s(rows, rows * 300, 310, 20)
         assert times == [model.step_time_s(BatchShape.of_decode_rows(rows, rows * 300 + i * rows, 310 + i))
                          for i in range(20)]
+
+
+def test_shipped_scenario_runs_at_the_state_cap_of_its_memory():
+    # scenarios/hybrid_state_pool.yaml: the memory's blocks (rule H3) over 4 blocks a request
+    # (rule H7): floor((6,967 - 1) / 4) = 1,741 running, below its 2,048 seats.
+    from simulator.scenario import load_scenario
+    prepared = prepare(load_scenario("scenarios/hybrid_state_pool.yaml"))
+    run = prepared.runs[0]
+    blocks = num_gpu_blocks(QWEN3_NEXT, load_hardware("h200"), 2, 0.92, 16, 8192, 2048)
+    assert run.num_gpu_blocks == blocks == 6967
+    steps = simulate(prepared, run).steps.to_columns()
+    assert steps["num_running"].max() == (blocks - 1) // 4 == 1741 < run.options.max_num_seqs
+    assert steps["num_waiting"][steps["num_running"] == 1741].max() > 0

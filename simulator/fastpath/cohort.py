@@ -18,7 +18,8 @@ simulator/core/rules.py: its last step from ``rules.output_limit``, its blocks f
 ``rules.kv_tokens_needed``, its token times by ``Request.record_tokens``.
 
 Blocks are counted (the cohort holds members only while ``KVCache.counts_only``): a member's
-needs repeat every block_size steps from its first, so the cohort keeps how many members need a
+needs (``KVCache.blocks_per_token_block`` blocks: one per attention group of a hybrid model's
+pool, whose state blocks a member already holds) repeat every block_size steps from its first, so the cohort keeps how many members need a
 block at each step phase (step mod block_size), takes a step's blocks as one count, and credits
 each member its share when it leaves. A member leaves at the step of its last token, from a sorted
 list, so a step costs O(1) plus its leavers, and a run of decode steps (``decode_run``) is priced
