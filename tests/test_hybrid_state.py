@@ -104,7 +104,7 @@ def test_state_blocks_count_in_the_startup_check_of_one_max_model_len_request():
     scheduler = build_scheduler({"preset": "vllm_v1", "enable_prefix_caching": False,
                                  "hybrid": (1, 3)}, 20, 544, 4096)
     scheduler.check_pool_holds_max_model_len(11, "test memory")
-    with pytest.raises(SchedulerError, match="need 11 KV blocks"):
+    with pytest.raises(SchedulerError, match="need 11 KV blocks.*to at most 3808 "):   # (10 - 3) x 544
         scheduler.check_pool_holds_max_model_len(10, "test memory")
 
 
@@ -206,3 +206,11 @@ def test_shipped_scenario_runs_at_the_state_cap_of_its_memory():
     steps = simulate(prepared, run).steps.to_columns()
     assert steps["num_running"].max() == (blocks - 1) // 4 == 1741 < run.options.max_num_seqs
     assert steps["num_waiting"][steps["num_running"] == 1741].max() > 0
+
+
+def test_profiled_cost_model_refuses_a_hybrid_model():
+    raw = _scenario(num_gpu_blocks=401)
+    raw["cost_model"] = {"kind": "profiled", "profile": "h200-llama-3.1-8b-cuda_graph"}
+    with pytest.raises(ScenarioError, match="cost_model.kind: 'profiled' has no state-layer terms "
+                                            "for hybrid model qwen3-next-80b-a3b"):
+        prepare(validate_scenario(raw))

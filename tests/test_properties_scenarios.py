@@ -6,8 +6,9 @@ too), KV caches from one block short of the longest request's need to roomy, the
 with equal priorities and equal arrival instants (``inf`` bursts, closed loops, constant rates on
 the unit step's grid, traces with repeated ``arrival_s``), prefix caching on and off over shared
 prompt prefixes (``vllm_random`` token ids, trace token ids), async scheduling, several replicas
-under every router, and a minority of runs with a few hundred requests. The cost model is
-``unit``, so a run costs its steps only.
+under every router, a hybrid model's pool of attention and state blocks under the V1 presets
+(docs/hybrid-state-semantics.md), and a minority of runs with a few hundred requests. The cost
+model is ``unit``, so a run costs its steps only.
 
 Every run is refused up front with a ScenarioError exactly when some request cannot run alone
 (its prompt past the policy's limit, or a pool smaller than the smallest its policy's start-up
@@ -33,10 +34,9 @@ from hypothesis import event, given, note, settings
 from hypothesis import strategies as st
 
 from simulator.engine.routing import router_names
-from simulator.kv.block_pool import KVCache
 from simulator.core.request import Request
 from simulator.policies.registry import get_preset, preset_names
-from simulator.runner import prepare, simulate
+from simulator.runner import counted_kv_cache, prepare, simulate
 from simulator.scenario import ScenarioError, validate_scenario
 from simulator.scenario.file import parse_yaml
 from tests.test_properties import ROOMY_BLOCKS, expected_outputs, smallest_pool
@@ -189,7 +189,10 @@ def scenarios(draw, preset: str, trace_dir) -> tuple[dict, str]:
     prefill = draw(st.sampled_from([None, None, 2.0, 0.25]))
     if prefill is not None:
         cost["prefill_step_time_s"] = prefill
-    raw = {"name": "prop", "seed": draw(st.integers(0, 2**32 - 1)), "model": "llama-2-7b",
+    # A hybrid model (rule H4: each request also holds 3 state blocks) where V1 runs it.
+    model = draw(st.sampled_from(["llama-2-7b"] * 3 + ["qwen3-next-80b-a3b"])) if preset in V1 \
+        else "llama-2-7b"
+    raw = {"name": "prop", "seed": draw(st.integers(0, 2**32 - 1)), "model": model,
            "hardware": "a100-80gb", "cost_model": cost, "engine": engine, "workload": workload,
            "schedulers": [draw(scheduler_entries(preset, max_model_len, large))]}
     if draw(st.sampled_from([True, True, True, False])) is False:
@@ -214,11 +217,12 @@ def sized(raw: dict, slack: int) -> tuple[dict, bool]:
         roomy = prepare(validate_scenario(raw))
     except ScenarioError:
         return raw, True   # refused at any size: a prompt past the policy's limit
-    run, trace, block_size = roomy.runs[0], roomy.trace, raw["engine"]["block_size"]
+    run, trace = roomy.runs[0], roomy.trace
     requests = [Request(i, 0.0, int(p), int(o))
                 for i, (p, o) in enumerate(zip(trace.num_prompt_tokens, trace.max_output_tokens))]
-    def make(blocks: int):
-        return run.scheduler_cls(run.options, KVCache(blocks, block_size), run.context)
+    def make(blocks: int):   # a hybrid model's pool: its layout's block size and state blocks
+        return run.scheduler_cls(run.options, counted_kv_cache(blocks, run.context.block_size,
+                                                               run.layout), run.context)
     smallest = smallest_pool(make, requests)
     total = max(1, smallest + slack)
     return dict(raw, engine=dict(raw["engine"], num_gpu_blocks=total + 1)), total < smallest
@@ -288,6 +292,7 @@ def test_drawn_scenarios_are_refused_up_front_or_finish_every_request(preset, tr
     show(raw, trace_text)
     event(f"arrival {raw['workload']['arrival']['kind']}")
     event(f"{raw['engine'].get('num_replicas', 1)} replica(s)")
+    event("hybrid model" if raw["model"] == "qwen3-next-80b-a3b" else "attention only")
     if refuse:
         event("refused")
         with pytest.raises(ScenarioError):

@@ -42,6 +42,10 @@ class KVCache:
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
+    def tokens_in(self, num_blocks: int) -> int:
+        """The most tokens one request can hold in ``num_blocks`` blocks (blocks_for's inverse)."""
+        return num_blocks * self.block_size
+
     def num_blocks_of(self, request: Request) -> int:
         return self._num_blocks.get(request, 0)
 

@@ -35,6 +35,10 @@ class HybridKVCache(KVCache):
             return 0
         return self.num_attention_groups * -(-num_tokens // self.block_size) + self.num_state_groups
 
+    def tokens_in(self, num_blocks: int) -> int:
+        """The most tokens one request can hold in ``num_blocks`` blocks, its state's taken out."""
+        return max(0, num_blocks - self.num_state_groups) // self.num_attention_groups * self.block_size
+
     def token_slots_of(self, request: Request) -> int:
         """Token slots the request's attention blocks hold (its state blocks hold none)."""
         held = self._num_blocks.get(request, 0)

@@ -128,7 +128,7 @@ class Scheduler:
                 f"engine.max_model_len: {self.max_model_len} tokens need {need} KV blocks of "
                 f"{self.kv.block_size}, more than the {num_memory_blocks} {where}; "
                 f"{self.options.preset} refuses this at start-up: lower max_model_len to at most "
-                f"{num_memory_blocks * self.kv.block_size} or raise gpu_memory_utilization")
+                f"{self.kv.tokens_in(num_memory_blocks)} or raise gpu_memory_utilization")
 
     def schedule(self, now_s: float, batch: Batch | None = None) -> Batch:
         """The next step: ``batch`` (new if None) with this policy's requests added."""
