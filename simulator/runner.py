@@ -292,4 +292,9 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
                    max_num_seqs=run.options.max_num_seqs,
                    max_num_batched_tokens=run.options.max_num_batched_tokens,
                    model=prepared.model.name, hardware=prepared.hardware.name, seed=scenario.seed)
+    if run.layout is not None:   # what vLLM logs at start-up for a hybrid model (rules H2, H3)
+        layout = run.layout
+        summary.update(block_size=layout.block_size, kv_cache_groups={
+            "attention": layout.num_attention_groups, "state": layout.num_state_groups,
+            "layers_per_group": layout.group_size})
     return RunOutput(run.label, result, summary, run.num_gpu_blocks, requests, steps)

@@ -96,6 +96,8 @@ def test_running_batch_is_capped_by_state_slots_as_computed_by_hand(fast_path):
     assert np.any(full & (steps["num_waiting"] > 0))
     assert np.array_equal(steps["num_state_slots"], steps["num_running"])   # one slot each (H4)
     assert out.summary["completed"] == 300 and out.summary["num_preemptions"] == 0
+    assert out.summary["block_size"] == 544
+    assert out.summary["kv_cache_groups"] == {"attention": 1, "state": 3, "layers_per_group": 12}
 
 
 def test_state_blocks_count_in_the_startup_check_of_one_max_model_len_request():
