@@ -16,6 +16,7 @@ from simulator.policies.defaults import default_max_num_batched_tokens, default_
 from simulator.engine.routing import replica_summaries, router_for
 from simulator.engine.simulation import Simulation, SimulationResult
 from simulator.kv.block_pool import KVCache
+from simulator.kv.hybrid_pool import HybridKVCache
 from simulator.results.by_turn import by_turn
 from simulator.results.files import ResultFolder
 from simulator.results.footprint import (MemoryLimit, check_blocks_fit_memory, check_requests_fit_memory,
@@ -54,7 +55,7 @@ class PreparedRun:
 
 
 def counted_kv_cache(num_gpu_blocks: int, block_size: int, layout: HybridLayout | None) -> KVCache:
-    return (Scheduler.make_kv_cache(None, num_gpu_blocks, block_size, layout) if layout
+    return (HybridKVCache.of_layout(num_gpu_blocks, block_size, layout) if layout
             else KVCache(num_gpu_blocks, block_size))
 
 

@@ -2,7 +2,8 @@
 every run under the default ``ci`` profile, a fixed sequence under ``repro``; tests/conftest.py).
 
 Each example draws a scheduler configuration (the five presets plus vLLM V0 with chunking, V1
-with chunking off, V1 with the priority policy, V1 with the older admission), the engine limits
+with chunking off, V1 with the priority policy, V1 with the older admission, V1 on a hybrid
+model's pool of 1-2 attention and 1-3 state groups: docs/hybrid-state-semantics.md), the engine limits
 (block size, max_model_len, max_num_seqs, token budget, all respecting the startup checks of
 rule 1.2 [CFG]), a KV cache from tight (exactly what the longest request needs under the policy)
 to roomy, and up to 24 requests with random gaps, lengths and priorities. ``Probe`` wraps the

@@ -24,6 +24,12 @@ class HybridKVCache(KVCache):
         self.num_state_groups = num_state_groups
         self.blocks_per_token_block = num_attention_groups   # one per attention group
 
+    @classmethod
+    def of_layout(cls, num_gpu_blocks: int, block_size: int, layout) -> "HybridKVCache":
+        """The pool of a cost_models.hybrid_layout.HybridLayout (its groups; rule H3)."""
+        return cls(num_gpu_blocks, block_size, num_attention_groups=layout.num_attention_groups,
+                   num_state_groups=layout.num_state_groups)
+
     @property
     def state_blocks_per_request(self) -> int:
         """Blocks a running request's state takes: one in each state group (rule H4)."""

@@ -78,9 +78,7 @@ class Scheduler:
         """The pool of a run; ``layout`` (cost_models.hybrid_layout.HybridLayout): a hybrid
         model's, whose state blocks come from the same pool (rule H3)."""
         if layout is not None:
-            return HybridKVCache(num_gpu_blocks, block_size,
-                                 num_attention_groups=layout.num_attention_groups,
-                                 num_state_groups=layout.num_state_groups)
+            return HybridKVCache.of_layout(num_gpu_blocks, block_size, layout)
         return cls.kv_cache_class(options)(num_gpu_blocks, block_size)
 
     @classmethod
