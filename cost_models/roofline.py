@@ -176,7 +176,7 @@ def _per_rank(m: RooflineCostModel) -> _PerRank:
         expert_s=layers * expert * b / tp / bandwidth if spec.is_moe else 0.0,
         num_experts=spec.num_experts,
         top_k=spec.num_experts_per_tok,
-        activation_s_per_token=layers * b * _activation_elements_per_token(spec, tp) / bandwidth,
+        activation_s_per_token=_activation_s_per_token(spec, tp, b, bandwidth),
         attn_s_per_pair=2 * 2 * spec.q_size * attention_layers / tp / flops,
         kv_s_per_token=spec.kv_bytes_per_token(tp) / bandwidth,
         q_s_per_token=attention_layers * 2 * spec.q_size * b / tp / bandwidth,
@@ -187,6 +187,17 @@ def _per_rank(m: RooflineCostModel) -> _PerRank:
         allreduce_s_per_token=2 * (tp - 1) / tp * hidden * b / m.hardware.interconnect_bandwidth_Bps,
         scan_s_per_token=state.num_layers * state.scan_flops_per_token(tp) / flops if state else 0.0,
         state_rw_s_per_seq=2 * state.num_layers * state.state_bytes(tp) / bandwidth if state else 0.0)
+
+
+def _activation_s_per_token(spec: ModelSpec, tp: int, b: int, bandwidth: float) -> float:
+    """Activation traffic of one token through every layer's linear part on one rank; a state
+    layer moves its own projections' widths in place of attention's."""
+    time_s = spec.num_layers * b * _activation_elements_per_token(spec, tp) / bandwidth
+    state = spec.state_layers
+    if state is not None:
+        attention = 2 * spec.q_size + 2 * spec.kv_size
+        time_s += state.num_layers * b * (state.in_proj_size + state.out_proj_size - attention) / tp / bandwidth
+    return time_s
 
 
 def _activation_elements_per_token(spec: ModelSpec, tp: int) -> float:
