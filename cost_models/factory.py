@@ -49,6 +49,9 @@ def _roofline_options() -> tuple[str, ...]:
 
 def _profiled(options, model, hardware, tp):
     from cost_models.profiles import build_profiled
+    if model.state_layers is not None:   # its layer tables time attention layers only
+        raise ValueError(f"cost_model.kind: 'profiled' has no state-layer terms for hybrid model "
+                         f"{model.name}; allowed: roofline, unit")
     return build_profiled(options, model, hardware, tp)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 from cost_models.hardware import GiB, HardwareSpec
+from cost_models.hybrid_layout import kv_block_bytes
 from cost_models.model_spec import ModelSpec
 
 MiB = 2**20
@@ -52,6 +53,9 @@ def weights_bytes_per_rank(model: ModelSpec, tensor_parallel_size: int) -> int:
     attn = model.hidden_size * (2 * model.q_size // tp + 2 * kv_heads_per_rank * model.head_dim_)
     per_layer = attn + model.mlp_params_per_layer // tp + 2 * model.hidden_size
     params = model.num_layers * per_layer + model.embedding_params // tp + model.hidden_size
+    state = model.state_layers
+    if state is not None:   # its layers' projections in place of attention's, split over ranks
+        params += state.num_layers * (state.params_per_layer(model.hidden_size) // tp - attn)
     return params * model.dtype_bytes
 
 
@@ -90,7 +94,8 @@ def non_torch_bytes(tensor_parallel_size: int) -> int:
 def num_gpu_blocks(model: ModelSpec, hardware: HardwareSpec, tensor_parallel_size: int,
                    gpu_memory_utilization: float, block_size: int, max_num_batched_tokens: int,
                    max_num_seqs: int) -> int:
-    """KV blocks per rank: floor((ceil(util x M) - W - A - other) / (block_size x kv_bytes_per_token)).
+    """KV blocks per rank: floor((ceil(util x M) - W - A - other) / (block_size x kv_bytes_per_token)),
+    or, for a hybrid model, over its block's bytes (cost_models/hybrid_layout.py).
 
     This is the pool size vLLM reports as num_gpu_blocks; block 0 is its null block, so the usable
     count is one less (rule 2.6.6), which the KV cache, not this function, accounts for.
@@ -106,7 +111,7 @@ def num_gpu_blocks(model: ModelSpec, hardware: HardwareSpec, tensor_parallel_siz
             f"{requested / GiB:.1f} GiB")
     activations = activation_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp)
     available = requested - weights - activations - non_torch_bytes(tp)
-    block_bytes = block_size * model.kv_bytes_per_token(tp)
+    block_bytes = kv_block_bytes(model, tp, block_size)
     blocks = available // block_bytes
     if blocks < 2:  # block 0 is the null block (rule 2.1): one block leaves none usable
         raise ValueError(

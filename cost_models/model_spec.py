@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cost_models import user_paths
+from cost_models.state_layers import StateLayers, gated_deltanet_from_hf
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class ModelSpec:
     qk_norm: bool = False
     tie_word_embeddings: bool = False
     dtype_bytes: int = 2                 # bf16/fp16 weights and KV
+    # Hybrid models: the layers (of num_layers) whose mixer keeps a fixed state instead of KV.
+    state_layers: StateLayers | None = None
 
     @property
     def head_dim_(self) -> int:
@@ -45,6 +48,18 @@ class ModelSpec:
     @property
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim_
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with attention and KV; the rest keep a fixed state (state_layers)."""
+        return self.num_layers - (self.state_layers.num_layers if self.state_layers else 0)
+
+    @property
+    def mixer_params(self) -> int:
+        """Attention and state-layer projections over every layer."""
+        state = self.state_layers
+        attention = self.num_attention_layers * self.attn_params_per_layer
+        return attention + (state.num_layers * state.params_per_layer(self.hidden_size) if state else 0)
 
     @property
     def is_moe(self) -> bool:
@@ -77,8 +92,8 @@ class ModelSpec:
 
     @property
     def num_params(self) -> int:
-        per_layer = self.attn_params_per_layer + self.mlp_params_per_layer + 2 * self.hidden_size
-        return self.num_layers * per_layer + self.embedding_params + self.hidden_size
+        per_layer = self.mlp_params_per_layer + 2 * self.hidden_size
+        return self.mixer_params + self.num_layers * per_layer + self.embedding_params + self.hidden_size
 
     @property
     def weight_bytes(self) -> int:
@@ -87,7 +102,7 @@ class ModelSpec:
     def kv_bytes_per_token(self, tensor_parallel_size: int = 1) -> int:
         """K and V of every layer for one token on one TP rank (KV heads are split across ranks)."""
         kv_heads_per_rank = max(1, self.num_kv_heads // tensor_parallel_size)
-        return 2 * self.num_layers * kv_heads_per_rank * self.head_dim_ * self.dtype_bytes
+        return 2 * self.num_attention_layers * kv_heads_per_rank * self.head_dim_ * self.dtype_bytes
 
     def with_max_model_len(self, max_model_len: int) -> "ModelSpec":
         return replace(self, max_model_len=max_model_len)
@@ -120,6 +135,15 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("yi-34b", num_layers=60, hidden_size=7168, num_attention_heads=56, num_kv_heads=8,
               intermediate_size=20480, vocab_size=64000, max_model_len=4096),
     # The tiny Llama that ../shared/tools/vllm-cpu builds (make_tiny_model.py defaults), fp32 there.
+    # Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 36 gated DeltaNet and 12 full-attention
+    # layers (full_attention_interval 4). Its shared expert (512 wide) and attention output gate
+    # are not in ModelSpec's shapes.
+    ModelSpec("qwen3-next-80b-a3b", num_layers=48, hidden_size=2048, num_attention_heads=16,
+              num_kv_heads=2, head_dim=256, intermediate_size=5120, vocab_size=151936,
+              max_model_len=262144, num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
+              qk_norm=True, state_layers=StateLayers(
+                  kind="gated_deltanet", num_layers=36, conv_dim=8192, conv_kernel=4, num_heads=32,
+                  head_k_dim=128, head_v_dim=128, in_proj_size=12352, out_proj_size=4096)),
     ModelSpec("tiny-llama", num_layers=8, hidden_size=512, num_attention_heads=8, num_kv_heads=8,
               intermediate_size=1408, vocab_size=32000, max_model_len=4096, dtype_bytes=4),
 ]}
@@ -133,13 +157,14 @@ HF_NAMES = {
     "meta-llama-3.1-8b-instruct": "llama-3.1-8b", "llama-3.1-70b-instruct": "llama-3.1-70b",
     "meta-llama-3.1-70b-instruct": "llama-3.1-70b", "llama-2-7b-hf": "llama-2-7b",
     "llama-2-7b-chat-hf": "llama-2-7b", "llama-2-13b-hf": "llama-2-13b", "llama-2-70b-hf": "llama-2-70b",
+    "qwen3-next-80b-a3b-instruct": "qwen3-next-80b-a3b", "qwen3-next-80b-a3b-thinking": "qwen3-next-80b-a3b",
 }
 
 
 # HuggingFace model_type values whose layers ModelSpec describes: a Llama-style decoder (GQA,
 # gated MLP, optional MoE and QK norm) or OPT. Others (gemma2's soft-capping and sliding windows,
 # Mamba hybrids, ...) would be priced as a Llama without a word.
-MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "yi", "opt")
+MODEL_TYPES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "qwen3_next", "yi", "opt")
 
 
 def _from_hf_config(cfg: dict, name: str) -> ModelSpec:
@@ -167,7 +192,8 @@ def _from_hf_config(cfg: dict, name: str) -> ModelSpec:
         moe_intermediate_size=cfg.get("moe_intermediate_size") or cfg.get("intermediate_size", 0),
         qk_norm=model_type.startswith("qwen3"),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        dtype_bytes=4 if cfg.get("torch_dtype") == "float32" else 2)
+        dtype_bytes=4 if cfg.get("torch_dtype") == "float32" else 2,
+        state_layers=gated_deltanet_from_hf(cfg) if model_type == "qwen3_next" else None)
 
 
 class UnknownModelError(ValueError):

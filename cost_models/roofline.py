@@ -71,6 +71,8 @@ class RooflineCostModel:
         prefill_tokens = tokens - num_decode
         time_s = linear_s + k.attention_s(decode_pairs, decode_pairs, num_decode)
         time_s += k.attention_s(prefill_pairs, prefill_ctx + prefill_tokens, prefill_tokens)
+        if k.state_rw_s_per_seq:
+            time_s += k.state_s(tokens, num_seqs)
         return time_s + sampling_s + allreduce_s + self.step_overhead_s
 
     def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
@@ -78,10 +80,18 @@ class RooflineCostModel:
         """step_time_s of a run of decode steps with the same rows (cost_models.base): the same
         operations in the same order (a step without prefill adds +0.0 for it, which changes no
         positive time), with the terms that only depend on the rows taken once."""
-        attention_s = self._k.attention_s
+        k = self._k
+        attention_s = k.attention_s
         linear_s, sampling_s, allreduce_s = self._token_terms(num_seqs, num_seqs)
         overhead_s = self.step_overhead_s
         times, pairs = [], context_sum + num_seqs
+        if k.state_rw_s_per_seq:   # a hybrid model's state layers, as step_time_s adds them
+            state_s = k.state_s(num_seqs, num_seqs)
+            for _ in range(num_steps):
+                times.append(linear_s + attention_s(pairs, pairs, num_seqs) + state_s + sampling_s
+                             + allreduce_s + overhead_s)
+                pairs += num_seqs
+            return times
         for _ in range(num_steps):
             times.append(linear_s + attention_s(pairs, pairs, num_seqs) + sampling_s + allreduce_s
                          + overhead_s)
@@ -127,12 +137,19 @@ class _PerRank:
     logit_s_per_row: float         # writing one row of fp32 logits
     allreduces: int                # per step; 0 at tensor_parallel_size 1
     allreduce_s_per_token: float   # ring all-reduce bytes of one token's hidden state / link speed
+    scan_s_per_token: float = 0.0  # state layers' recurrent update of one token (hybrid models)
+    state_rw_s_per_seq: float = 0.0   # reading and writing one sequence's states (hybrid models)
 
     def attention_s(self, pairs, kv_tokens, q_tokens) -> float:
         """Attention over every layer: its FLOPs for ``pairs`` (query, key) pairs or its traffic
         (K and V of ``kv_tokens``, Q and output of ``q_tokens``), whichever takes longer."""
         return max(self.attn_s_per_pair * pairs,
                    self.kv_s_per_token * kv_tokens + self.q_s_per_token * q_tokens)
+
+    def state_s(self, tokens, num_seqs) -> float:
+        """The state layers' recurrence (docs/hybrid-state-semantics.md, cost): its FLOPs for
+        ``tokens`` or every scheduled sequence's state read and written once, the longer."""
+        return max(self.scan_s_per_token * tokens, self.state_rw_s_per_seq * num_seqs)
 
     def sampling_s(self, num_sampled) -> float:
         """The lm_head and logits of ``num_sampled`` rows: compute or weight and logit traffic."""
@@ -148,23 +165,39 @@ def _per_rank(m: RooflineCostModel) -> _PerRank:
     mats = 3 if spec.mlp_kind == "swiglu" else 2
     router = hidden * spec.num_experts
     expert = mats * hidden * spec.moe_intermediate_size
-    dense_per_layer = spec.attn_params_per_layer + (router if spec.is_moe else spec.mlp_params_per_layer)
-    active_per_layer = spec.attn_params_per_layer + spec.active_mlp_params_per_layer + router
+    # Whole-model parameter counts (exact integers): attention's or the state layers' projections
+    # in every layer, then each layer's MLP.
+    dense = spec.mixer_params + layers * (router if spec.is_moe else spec.mlp_params_per_layer)
+    active = spec.mixer_params + layers * (spec.active_mlp_params_per_layer + router)
+    attention_layers, state = spec.num_attention_layers, spec.state_layers
     return _PerRank(
-        linear_s_per_token=2 * layers * active_per_layer / tp / flops,
-        dense_weight_s=layers * dense_per_layer * b / tp / bandwidth,
+        linear_s_per_token=2 * active / tp / flops,
+        dense_weight_s=dense * b / tp / bandwidth,
         expert_s=layers * expert * b / tp / bandwidth if spec.is_moe else 0.0,
         num_experts=spec.num_experts,
         top_k=spec.num_experts_per_tok,
-        activation_s_per_token=layers * b * _activation_elements_per_token(spec, tp) / bandwidth,
-        attn_s_per_pair=2 * 2 * spec.q_size * layers / tp / flops,
+        activation_s_per_token=_activation_s_per_token(spec, tp, b, bandwidth),
+        attn_s_per_pair=2 * 2 * spec.q_size * attention_layers / tp / flops,
         kv_s_per_token=spec.kv_bytes_per_token(tp) / bandwidth,
-        q_s_per_token=layers * 2 * spec.q_size * b / tp / bandwidth,
+        q_s_per_token=attention_layers * 2 * spec.q_size * b / tp / bandwidth,
         lm_head_s_per_row=2 * hidden * vocab / tp / flops,
         lm_head_weight_s=hidden * vocab * b / tp / bandwidth,
         logit_s_per_row=vocab * LOGIT_BYTES / tp / bandwidth,
         allreduces=2 * layers if tp > 1 else 0,
-        allreduce_s_per_token=2 * (tp - 1) / tp * hidden * b / m.hardware.interconnect_bandwidth_Bps)
+        allreduce_s_per_token=2 * (tp - 1) / tp * hidden * b / m.hardware.interconnect_bandwidth_Bps,
+        scan_s_per_token=state.num_layers * state.scan_flops_per_token(tp) / flops if state else 0.0,
+        state_rw_s_per_seq=2 * state.num_layers * state.state_bytes(tp) / bandwidth if state else 0.0)
+
+
+def _activation_s_per_token(spec: ModelSpec, tp: int, b: int, bandwidth: float) -> float:
+    """Activation traffic of one token through every layer's linear part on one rank; a state
+    layer moves its own projections' widths in place of attention's."""
+    time_s = spec.num_layers * b * _activation_elements_per_token(spec, tp) / bandwidth
+    state = spec.state_layers
+    if state is not None:
+        attention = 2 * spec.q_size + 2 * spec.kv_size
+        time_s += state.num_layers * b * (state.in_proj_size + state.out_proj_size - attention) / tp / bandwidth
+    return time_s
 
 
 def _activation_elements_per_token(spec: ModelSpec, tp: int) -> float:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from simulator.commands.run import ResultOptions, simulate_runs
-from simulator.results.columns import REQUEST_COLUMNS, STEP_COLUMNS
+from simulator.results.columns import REQUEST_COLUMNS
 from simulator.results.files import request_file_columns, summary_json
 from simulator.results.load import RunResults, load
 from simulator.runner import prepare
@@ -57,6 +57,6 @@ def _in_memory(output) -> RunResults:
     import pandas as pd
     columns = request_file_columns(output.requests.arrays())
     requests = pd.DataFrame({name: columns[name] for name in REQUEST_COLUMNS})
-    steps = pd.DataFrame(output.steps.to_columns(), columns=list(STEP_COLUMNS))
+    steps = pd.DataFrame(output.steps.to_columns(), columns=list(output.steps.columns))
     # Through JSON, as summary.json holds it: "inf" for infinity, lists for arrays.
     return RunResults(requests, steps, json.loads(summary_json(output.summary)))

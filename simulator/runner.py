@@ -9,6 +9,7 @@ import numpy as np
 from cost_models.base import StepCostModel
 from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
+from cost_models.hybrid_layout import HybridLayout, hybrid_layout
 from cost_models.memory import check_tensor_parallel_size, num_gpu_blocks
 from cost_models.model_spec import ModelSpec, load_model
 from cost_models.speculative import speculative_step_cost
@@ -17,6 +18,7 @@ from simulator.engine.disaggregation import KVLink, PoolPlan
 from simulator.engine.routing import replica_summaries, router_for
 from simulator.engine.simulation import Simulation, SimulationResult
 from simulator.kv.block_pool import KVCache
+from simulator.kv.hybrid_pool import HybridKVCache
 from simulator.results.by_turn import by_turn
 from simulator.results.files import ResultFolder
 from simulator.results.footprint import (MemoryLimit, check_blocks_fit_memory, check_requests_fit_memory,
@@ -42,7 +44,19 @@ class PreparedRun:
     scheduler_cls: type[Scheduler]
     num_gpu_blocks: int
     context: SchedulerContext
+    layout: HybridLayout | None = None   # a hybrid model's pool layout (its block size is the run's)
     pools: tuple["PreparedPool", ...] = ()   # P/D: the prefill pool, then the decode pool
+
+    def make_kv_cache(self, num_gpu_blocks: int | None = None) -> KVCache:
+        """A fresh pool of this run (``num_gpu_blocks``: a P/D pool's, else the run's)."""
+        return self.scheduler_cls.make_kv_cache(self.options, num_gpu_blocks or self.num_gpu_blocks,
+                                                self.context.block_size, self.layout)
+
+    def counted_kv_cache(self, num_gpu_blocks: int | None = None) -> KVCache:
+        """A pool of this run's shape with counted blocks only (no prefix-cache tables): for
+        probes and replays that never hash."""
+        return counted_kv_cache(num_gpu_blocks or self.num_gpu_blocks, self.context.block_size,
+                                self.layout)
 
 
 @dataclass(eq=False)
@@ -54,6 +68,11 @@ class PreparedPool:
     tensor_parallel_size: int
     num_gpu_blocks: int
     cost_model: StepCostModel
+
+
+def counted_kv_cache(num_gpu_blocks: int, block_size: int, layout: HybridLayout | None) -> KVCache:
+    return (HybridKVCache.of_layout(num_gpu_blocks, block_size, layout) if layout
+            else KVCache(num_gpu_blocks, block_size))
 
 
 @dataclass(eq=False, repr=False)   # likewise; its repr would print the whole workload
@@ -164,25 +183,32 @@ def _model(scenario: Scenario) -> ModelSpec:
 
 
 def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, options) -> PreparedRun:
-    cls, probe, context = _probe(scenario, model, hardware, options)
+    cls, probe, context, layout = _probe(scenario, model, hardware, options)
     engine = scenario.engine
     blocks = _pool_blocks(scenario, model, hardware, probe, engine.tensor_parallel_size,
                           engine.num_gpu_blocks)
-    return PreparedRun(options.label, probe.options, cls, blocks, context)
+    return PreparedRun(options.label, probe.options, cls, blocks, context, layout)
 
 
 def _probe(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, options):
     """The scheduler class, an instance on a toy pool (defaults resolved, config checked), and
     its context."""
     engine = scenario.engine
+    layout = hybrid_layout(model, engine.tensor_parallel_size, engine.block_size)
     context = SchedulerContext(
-        max_model_len=model.max_model_len, block_size=engine.block_size,
+        max_model_len=model.max_model_len,
+        block_size=layout.block_size if layout else engine.block_size,
         speculative=engine.speculative,
         default_max_num_seqs=default_max_num_seqs(hardware),
         default_max_num_batched_tokens=default_max_num_batched_tokens(hardware, engine.entrypoint))
     cls = get_preset(options.preset).cls.resolve_class(options)
-    probe = cls(options, KVCache(2, engine.block_size), context)  # resolves defaults, checks config
-    return cls, probe, context
+    if layout is not None:
+        if engine.speculative is not None:
+            raise ScenarioError(f"engine.speculative: not modelled with hybrid model {model.name} "
+                                f"(the drafts' state blocks are not written down); remove one of them")
+        options = _hybrid_options(cls, options, model)
+    probe = cls(options, counted_kv_cache(2, context.block_size, layout), context)  # checks config
+    return cls, probe, context, layout
 
 
 def _pool_blocks(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, probe: Scheduler,
@@ -212,13 +238,16 @@ def _with_pools(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec,
             raise ScenarioError(f"engine.{name}: {getattr(engine, name)!r} is not allowed with "
                                 f"disaggregation; set disaggregation.prefill.{name} and "
                                 f"disaggregation.decode.{name} instead")
+    if model.state_layers is not None:
+        raise ScenarioError(f"model: {model.name} is a hybrid model; its state pool is not modelled "
+                            f"with disaggregation (rules H1-H8 and D1-D5 are not written together)")
     if engine.speculative is not None:
         raise ScenarioError("engine.speculative: not modelled with disaggregation (the decode "
                             "pool's drafts after a pull are not written down); remove one of them")
     if not run.scheduler_cls.supports_remote_kv:
         raise ScenarioError(f"disaggregation: {run.label} ({run.options.preset}) cannot pull KV "
                             f"from a prefill pool; allowed presets: vllm_v1")
-    _, probe, _ = _probe(scenario, model, hardware, run.options)
+    _, probe, _, _ = _probe(scenario, model, hardware, run.options)
     pools = []
     for name in ("prefill", "decode"):
         pool = getattr(pd, name)
@@ -230,7 +259,20 @@ def _with_pools(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec,
                                pool.tensor_parallel_size)
         pools.append(PreparedPool(name, pool.num_replicas, gpu, pool.tensor_parallel_size, blocks, cost))
     return PreparedRun(run.label, run.options, run.scheduler_cls, pools[1].num_gpu_blocks,
-                       run.context, tuple(pools))
+                       run.context, pools=tuple(pools))
+
+
+def _hybrid_options(cls: type[Scheduler], options, model: ModelSpec):
+    """A hybrid model runs only where its state pool is modelled, and vLLM turns prefix caching
+    off for it (rule H6: no mamba_cache_mode 'align' here)."""
+    if not cls.supports_state_pool:
+        raise ScenarioError(
+            f"schedulers.{options.label}.preset: {options.preset!r} does not model the state pool "
+            f"of hybrid model {model.name} ({model.state_layers.num_layers} "
+            f"{model.state_layers.kind} layers); allowed: vllm_v1, vllm_v1_spf")
+    if getattr(options, "enable_prefix_caching", False):
+        options = replace(options, enable_prefix_caching=False)
+    return options
 
 
 def iter_requests(trace: WorkloadTrace, keep_itl_gaps: bool = False) -> Iterator[Request]:
@@ -270,8 +312,7 @@ def check_requests_fit(prepared: Prepared, run: PreparedRun, pool: PreparedPool 
     if len(trace) == 0:
         raise ScenarioError("workload: generates no request (raise num_requests or duration_s)")
     blocks = run.num_gpu_blocks if pool is None else pool.num_gpu_blocks
-    scheduler = run.scheduler_cls(run.options, KVCache(blocks, prepared.scenario.engine.block_size),
-                                  run.context)
+    scheduler = run.scheduler_cls(run.options, run.counted_kv_cache(blocks), run.context)
     limit = scheduler.max_request_tokens()
     longest = int(np.argmax(trace.num_prompt_tokens))
     if trace.num_prompt_tokens[longest] > limit:
@@ -349,14 +390,13 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     context = _run_context(prepared, run)
     pools = ([(p.num_gpu_blocks, p.num_replicas, p.cost_model) for p in run.pools] if run.pools
              else [(run.num_gpu_blocks, scenario.engine.num_replicas, prepared.cost_model)])
-    schedulers = [run.scheduler_cls(run.options, run.scheduler_cls.make_kv_cache(
-        run.options, blocks, scenario.engine.block_size), context)
-        for blocks, replicas, _ in pools for _ in range(replicas)]
+    schedulers = [run.scheduler_cls(run.options, run.make_kv_cache(blocks), context)
+                  for blocks, replicas, _ in pools for _ in range(replicas)]
     cost_models = [cost for _, replicas, cost in pools for _ in range(replicas)]
     requests = RequestTable(len(trace), keep_gaps=scenario.metrics.record_itl_gaps,
                             sink=files.requests if files is not None else None)
     steps = StepTable(sink=files.steps if files is not None else None,
-                      replica_column=len(schedulers) > 1)
+                      state_slots=run.layout is not None, replica_column=len(schedulers) > 1)
     sim = Simulation(iter_requests(trace, scenario.metrics.record_itl_gaps), schedulers,
                      prepared.cost_model, steps, num_requests=len(trace),
                      max_concurrency=trace.max_concurrency, router=router_for(scenario.engine),
@@ -396,4 +436,9 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
                    max_num_seqs=run.options.max_num_seqs,
                    max_num_batched_tokens=run.options.max_num_batched_tokens,
                    model=prepared.model.name, hardware=prepared.hardware.name, seed=scenario.seed)
+    if run.layout is not None:   # what vLLM logs at start-up for a hybrid model (rules H2, H3)
+        layout = run.layout
+        summary.update(block_size=layout.block_size, kv_cache_groups={
+            "attention": layout.num_attention_groups, "state": layout.num_state_groups,
+            "layers_per_group": layout.group_size})
     return RunOutput(run.label, result, summary, run.num_gpu_blocks, requests, steps)

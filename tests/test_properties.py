@@ -2,7 +2,8 @@
 every run under the default ``ci`` profile, a fixed sequence under ``repro``; tests/conftest.py).
 
 Each example draws a scheduler configuration (the five presets plus vLLM V0 with chunking, V1
-with chunking off, V1 with the priority policy, V1 with the older admission), the engine limits
+with chunking off, V1 with the priority policy, V1 with the older admission, V1 on a hybrid
+model's pool of 1-2 attention and 1-3 state groups: docs/hybrid-state-semantics.md), the engine limits
 (block size, max_model_len, max_num_seqs, token budget, all respecting the startup checks of
 rule 1.2 [CFG]), a KV cache from tight (exactly what the longest request needs under the policy)
 to roomy, and up to 24 requests with random gaps, lengths and priorities. ``Probe`` wraps the
@@ -34,14 +35,15 @@ from hypothesis import strategies as st
 from cost_models.unit import UnitCostModel
 from simulator.engine.simulation import Simulation
 from simulator.kv.block_pool import KVCache
+from simulator.kv.hybrid_pool import HybridKVCache
 from simulator.results.step_table import StepTable
 from simulator.core.request import Request, RequestStatus
 from simulator.policies.base import SchedulerContext, SchedulerError
 from simulator.policies.registry import get_preset
 from simulator.policies.speculative import SpeculativeOptions
 
-# Examples per CI run: 15 configs x 60 here, 50 in tests/test_properties_refusal.py and 8 presets
-# x 100 in tests/test_properties_scenarios.py: 1,750 in all. Randomness, database and deadline are
+# Examples per CI run: 18 configs x 60 here, 50 in tests/test_properties_refusal.py and 8 presets
+# x 100 in tests/test_properties_scenarios.py: 1,930 in all. Randomness, database and deadline are
 # the profile's (tests/conftest.py): fresh examples each run, a fixed sequence under "repro".
 PROPERTY = settings(max_examples=60,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -64,6 +66,8 @@ CONFIGS = {
     # Speculative decoding (docs/speculative-decoding-semantics.md): k and the acceptance drawn.
     "vllm_v1_spec_ngram": {"preset": "vllm_v1", "enable_prefix_caching": False, "speculative": "ngram"},
     "vllm_v1_spec_eagle": {"preset": "vllm_v1", "speculative": "eagle"},   # lookahead slots (S6)
+    # A hybrid model's pool: attention and state blocks from one pool (hybrid-state-semantics H3-H6).
+    "vllm_v1_hybrid": {"preset": "vllm_v1", "enable_prefix_caching": False, "hybrid": True},
     "sglang": {"preset": "sglang"},
     "sglang_mixed_chunk": {"preset": "sglang", "enable_mixed_chunk": True, "chunked_prefill_size": 16,
                            "new_token_ratio_decay_steps": 1},
@@ -92,10 +96,13 @@ def _context(max_model_len: int, block_size: int, speculative) -> SchedulerConte
 
 def build_scheduler(options: dict, num_gpu_blocks: int, block_size: int, max_model_len: int,
                     speculative: SpeculativeOptions | None = None):
+    options = dict(options)
+    groups = options.pop("hybrid", None)   # (attention groups, state groups) of a hybrid pool
     preset = get_preset(options["preset"])
     opts = preset.cls.Options(**{**preset.defaults, **options})
-    return preset.cls.resolve_class(opts)(opts, KVCache(num_gpu_blocks, block_size),
-                                          _context(max_model_len, block_size, speculative))
+    kv = (HybridKVCache(num_gpu_blocks, block_size, num_attention_groups=groups[0],
+                        num_state_groups=groups[1]) if groups else KVCache(num_gpu_blocks, block_size))
+    return preset.cls.resolve_class(opts)(opts, kv, _context(max_model_len, block_size, speculative))
 
 
 def _speculative(draw, method: str | None) -> SpeculativeOptions | None:
@@ -126,6 +133,8 @@ def cases(draw, config: str) -> Case:
         options["watermark"] = draw(st.sampled_from([0.0, 0.0, 0.05]))
     if options["preset"] == "static":
         options["max_wait_s"] = draw(st.sampled_from([0.0, 0.5, 3.0]))
+    if options.get("hybrid"):
+        options["hybrid"] = (draw(st.integers(1, 2)), draw(st.integers(1, 3)))
     probe = build_scheduler(options, ROOMY_BLOCKS, block_size, max_model_len, spec)
     max_prompt = min(probe.max_request_tokens(), max_model_len)
     rows = draw(st.lists(st.tuples(st.sampled_from([0.0, 0.0, 0.5, 1.0, 2.5, 6.0]),
@@ -189,6 +198,12 @@ class Probe:
         assert len(running) <= self.max_seats                         # trap 5
         assert set(running).isdisjoint(self.s.waiting)
         assert sum(kv.num_blocks_of(r) for r in running) == kv.num_used_blocks   # only running hold KV
+        if isinstance(kv, HybridKVCache):   # a state slot exactly while holding blocks (rule H4)
+            holders = [r for r in running if kv.num_blocks_of(r)]
+            assert kv.num_state_slots_used == len(holders) <= kv.num_state_slots
+            state_blocks = kv.num_state_slots_used * kv.state_blocks_per_request
+            attention_blocks = sum(kv.token_slots_of(r) for r in holders) // kv.block_size
+            assert state_blocks + attention_blocks * kv.num_attention_groups == kv.num_used_blocks
 
     def schedule(self, now_s: float):
         self.start_c = {r: r.num_computed_tokens for r in self.s.running}
@@ -206,7 +221,7 @@ class Probe:
             assert context + n == r.num_computed_tokens <= (r.num_tokens + r.num_output_placeholders
                                                             + r.num_scheduled_spec_tokens)
             # Slots for C + n (rule 2.2 step 1, trap 2), capped at max_model_len.
-            assert self.s.kv.num_blocks_of(r) * self.s.kv.block_size >= min(r.num_computed_tokens, self.case.max_model_len)
+            assert self.s.kv.token_slots_of(r) >= min(r.num_computed_tokens, self.case.max_model_len)
         if not batch:
             self.carried_preemptions += batch.num_preempted
         else:

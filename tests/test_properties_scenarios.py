@@ -7,8 +7,9 @@ with equal priorities and equal arrival instants (``inf`` bursts, closed loops, 
 the unit step's grid, traces with repeated ``arrival_s``), prefix caching on and off over shared
 prompt prefixes (``vllm_random`` token ids, trace token ids), async scheduling, several replicas
 under every router, prefill/decode pools (docs/disaggregation-semantics.md) for the presets that
-pull KV, and a minority of runs with a few hundred requests. The cost model is
-``unit``, so a run costs its steps only.
+pull KV, a hybrid model's pool of attention and state blocks under the V1 presets
+(docs/hybrid-state-semantics.md), and a minority of runs with a few hundred requests. The cost
+model is ``unit``, so a run costs its steps only.
 
 Every run is refused up front with a ScenarioError exactly when some request cannot run alone
 (its prompt past the policy's limit, or a pool smaller than the smallest its policy's start-up
@@ -35,10 +36,9 @@ from hypothesis import strategies as st
 
 from simulator.engine.progress import NoProgressError
 from simulator.engine.routing import router_names
-from simulator.kv.block_pool import KVCache
 from simulator.core.request import Request
 from simulator.policies.registry import get_preset, preset_names
-from simulator.runner import prepare, simulate
+from simulator.runner import counted_kv_cache, prepare, simulate
 from simulator.scenario import ScenarioError, validate_scenario
 from simulator.scenario.file import parse_yaml
 from tests.test_properties import ROOMY_BLOCKS, expected_outputs, smallest_pool
@@ -192,19 +192,24 @@ def scenarios(draw, preset: str, trace_dir) -> tuple[dict, str]:
     if prefill is not None:
         cost["prefill_step_time_s"] = prefill
     entry = draw(scheduler_entries(preset, max_model_len, large))
-    raw = {"name": "prop", "seed": draw(st.integers(0, 2**32 - 1)), "model": "llama-2-7b",
+    # A hybrid model (rule H4: each request also holds 3 state blocks) where V1 runs it.
+    model = draw(st.sampled_from(["llama-2-7b"] * 3 + ["qwen3-next-80b-a3b"])) if preset in V1 \
+        else "llama-2-7b"
+    raw = {"name": "prop", "seed": draw(st.integers(0, 2**32 - 1)), "model": model,
            "hardware": "a100-80gb", "cost_model": cost, "engine": engine, "workload": workload,
            "schedulers": [entry]}
     # Speculative decoding (docs/speculative-decoding-semantics.md) where it is modelled: V1
     # without async scheduling (rule S9), gaps kept (rule S8).
-    if _family(preset) in V1 and not entry["async_scheduling"] and draw(st.booleans()):
+    if (_family(preset) in V1 and not entry["async_scheduling"] and model == "llama-2-7b"
+            and draw(st.booleans())):
         k = draw(st.integers(1, 4))
         engine["speculative"] = {"method": draw(st.sampled_from(["ngram", "eagle", "mtp"])),
                                  "num_speculative_tokens": k,
                                  "mean_acceptance_length": draw(st.sampled_from([1.0, 1.5, 1.0 + k]))}
     elif draw(st.sampled_from([True, True, True, False])) is False:
         raw["metrics"] = {"record_itl_gaps": False}
-    if ("speculative" not in engine and get_preset(preset).cls.supports_remote_kv
+    if ("speculative" not in engine and model != "qwen3-next-80b-a3b"
+            and get_preset(preset).cls.supports_remote_kv
             and draw(st.sampled_from([False] * 3 + [True]))):
         raw["disaggregation"] = draw(pools(replicas))
         raw["engine"] = {k: v for k, v in engine.items() if k not in ("num_gpu_blocks", "num_replicas")}
@@ -238,11 +243,12 @@ def sized(raw: dict, slack: int) -> tuple[dict, bool]:
         roomy = prepare(validate_scenario(raw))
     except ScenarioError:
         return raw, True   # refused at any size: a prompt past the policy's limit
-    run, trace, block_size = roomy.runs[0], roomy.trace, raw["engine"]["block_size"]
+    run, trace = roomy.runs[0], roomy.trace
     requests = [Request(i, 0.0, int(p), int(o))
                 for i, (p, o) in enumerate(zip(trace.num_prompt_tokens, trace.max_output_tokens))]
-    def make(blocks: int):
-        return run.scheduler_cls(run.options, KVCache(blocks, block_size), run.context)
+    def make(blocks: int):   # a hybrid model's pool: its layout's block size and state blocks
+        return run.scheduler_cls(run.options, counted_kv_cache(blocks, run.context.block_size,
+                                                               run.layout), run.context)
     smallest = smallest_pool(make, requests)
     total = max(1, smallest + slack)
     if "disaggregation" in raw:   # the decode pool holds whole requests: sized as one engine
@@ -334,6 +340,7 @@ def test_drawn_scenarios_are_refused_up_front_or_finish_every_request(preset, tr
     event(f"arrival {raw['workload']['arrival']['kind']}")
     event(f"{raw['engine'].get('num_replicas', 1)} replica(s)")
     event("disaggregated" if "disaggregation" in raw else "co-located")
+    event("hybrid model" if raw["model"] == "qwen3-next-80b-a3b" else "attention only")
     if refuse:
         event("refused")
         with pytest.raises(ScenarioError):

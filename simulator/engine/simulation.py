@@ -227,7 +227,8 @@ class Simulation:
             tokens, _, num_decodes, _, _, num_prefills, num_sampled, num_seqs = shape.work_counts
             self.step_log.append(start_s, end_s, num_seqs, num_prefills, num_decodes, tokens,
                                  tokens - num_decodes, scheduler.num_running, len(scheduler.waiting),
-                                 scheduler.kv.usage, batch.num_preempted, replica.index)
+                                 scheduler.kv.usage, batch.num_preempted,
+                                 scheduler.kv.num_state_slots_used, replica.index)
             if not num_sampled or watchdog.steps_without_token:   # else observe() changes nothing
                 watchdog.observe(num_sampled, batch.num_preempted, scheduler)
             if finished:
@@ -263,7 +264,9 @@ class Simulation:
         # at or after one), so earlier rows saw the queue as it was.
         num_waiting = [waiting_before] * (len(ends) - 1) + [len(scheduler.waiting)]
         num_rows = [running_before, *num_running[:-1]]
-        self.step_log.extend_decode_steps(start_s, ends, num_rows, num_running, num_waiting, usage)
+        # Only cohort members run, each holding its blocks and so its state (hybrid rule H4).
+        self.step_log.extend_decode_steps(start_s, ends, num_rows, num_running, num_waiting, usage,
+                                          num_running)
         if watchdog.steps_without_token:   # every step of a run samples: else nothing to reset
             watchdog.observe(num_rows[-1], 0, scheduler)
 

@@ -18,7 +18,8 @@ simulator/core/rules.py: its last step from ``rules.output_limit``, its blocks f
 ``rules.kv_tokens_needed``, its token times by ``Request.record_tokens``.
 
 Blocks are counted (the cohort holds members only while ``KVCache.counts_only``): a member's
-needs repeat every block_size steps from its first, so the cohort keeps how many members need a
+needs (``KVCache.blocks_per_token_block`` blocks: one per attention group of a hybrid model's
+pool, whose state blocks a member already holds) repeat every block_size steps from its first, so the cohort keeps how many members need a
 block at each step phase (step mod block_size), takes a step's blocks as one count, and credits
 each member its share when it leaves. A member leaves at the step of its last token, from a sorted
 list, so a step costs O(1) plus its leavers, and a run of decode steps (``decode_run``) is priced
@@ -131,7 +132,7 @@ class DecodeCohort:
         bs = self.kv.block_size
         # The step of its next block: each decode needs one more slot than the one before, so
         # the first step whose slots (rules.kv_tokens_needed) exceed the blocks it holds.
-        next_block = g + self.kv.num_blocks_of(request) * bs - rules.kv_tokens_needed(computed, 1, 0, None) + 1
+        next_block = g + self.kv.token_slots_of(request) - rules.kv_tokens_needed(computed, 1, 0, None) + 1
         if next_block < g:
             return False
         key = self._next_key
@@ -193,7 +194,8 @@ class DecodeCohort:
         bs, taken_through = self.kv.block_size, self._taken_through
         self._due_at_phase[first_block % bs] -= 1
         if first_block <= taken_through:
-            self.kv.credit_counted(request, (taken_through - first_block) // bs + 1)
+            self.kv.credit_counted(request, ((taken_through - first_block) // bs + 1)
+                                   * self.kv.blocks_per_token_block)
 
     def credit_counted_blocks(self) -> None:
         """Blocks are about to get identities (a prefix cache's first hash): every member is
@@ -216,7 +218,7 @@ class DecodeCohort:
         g = self.num_steps
         if self._later:
             self._move_due_blocks(g)
-        need = self._due_at_phase[g % self.kv.block_size]
+        need = self._due_at_phase[g % self.kv.block_size] * self.kv.blocks_per_token_block
         if need + reserve_blocks > self.kv.num_free_blocks:
             return False
         self.kv.take_counted(need)
@@ -269,6 +271,7 @@ class DecodeCohort:
             return None
         finishes, kv = self._finishes, self.kv
         bs, total, due_at_phase = kv.block_size, kv.num_total_blocks, self._due_at_phase
+        per_block = kv.blocks_per_token_block
         limit = finishes[-1][0] if through_finishes else finishes[0][0]   # the last step allowed
         first_step, free, now_s = self.num_steps, kv.num_free_blocks, start_s
         record_end = self.steps.record
@@ -280,7 +283,7 @@ class DecodeCohort:
             g = self.num_steps
             if self._later:
                 self._move_due_blocks(g)
-            need = due_at_phase[g % bs]
+            need = due_at_phase[g % bs] * per_block
             if need > free:
                 break
             free -= need

@@ -13,6 +13,8 @@ from simulator.core.request import Request
 
 class KVCache:
     TABLE_BYTES_PER_BLOCK = 0   # counted blocks: no table per block (see PrefixCachingKVCache)
+    # Blocks a request takes per block_size more tokens (a hybrid pool: one per attention group).
+    blocks_per_token_block = 1
 
     def __init__(self, num_gpu_blocks: int, block_size: int, *, reserve_null_block: bool = True):
         if block_size <= 0:
@@ -40,8 +42,16 @@ class KVCache:
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
+    def tokens_in(self, num_blocks: int) -> int:
+        """The most tokens one request can hold in ``num_blocks`` blocks (blocks_for's inverse)."""
+        return num_blocks * self.block_size
+
     def num_blocks_of(self, request: Request) -> int:
         return self._num_blocks.get(request, 0)
+
+    def token_slots_of(self, request: Request) -> int:
+        """Token slots the request's blocks hold."""
+        return self._num_blocks.get(request, 0) * self.block_size
 
     def blocks_needed(self, request: Request, total_tokens: int) -> int:
         """Extra blocks the request needs to hold ``total_tokens`` tokens of KV."""
@@ -55,6 +65,11 @@ class KVCache:
 
     def can_fit(self, request: Request, total_tokens: int, headroom_blocks: int = 0) -> bool:
         return self.blocks_needed(request, total_tokens) + headroom_blocks <= self.num_free_blocks
+
+    @property
+    def num_state_slots_used(self) -> int:
+        """Requests holding a fixed state (a hybrid model's pool: simulator/kv/hybrid_pool.py)."""
+        return 0
 
     @property
     def num_used_blocks(self) -> int:

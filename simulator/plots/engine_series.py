@@ -1,6 +1,6 @@
-"""Engine state over time per scheduler: KV usage, running and waiting requests and preemptions
-so far (steps.csv columns, as a Prometheus scrape of vLLM would show them), steps that preempted
-marked with an x on the KV panel.
+"""Engine state over time per scheduler: KV usage, running requests, state slots used (hybrid
+models' runs only), waiting requests and preemptions so far (steps.csv columns, as a Prometheus
+scrape of vLLM would show them), steps that preempted marked with an x on the KV panel.
 
 Each quantity is one panel shared by all schedulers, unless it is a count whose peaks differ
 tenfold between schedulers (``spans_decade`` of the peaks: a queue peaking at 5,000 beside one
@@ -39,6 +39,7 @@ class Panel:
 PREEMPTED = "preempted_so_far"
 PANELS = (Panel("kv_usage", "KV cache usage (0-1)", "KV usage", False),
           Panel("num_running", "running requests", "running", True),
+          Panel("num_state_slots", "state slots used (hybrid models)", "state slots", True),
           Panel("num_waiting", "waiting requests", "waiting", True),
           Panel(PREEMPTED, "preemptions so far", "preempted", True))
 
@@ -58,7 +59,11 @@ def plot_engine_timeseries(series: Sequence[RunSeries], base: Path, title: str,
 
 
 def panel_values(s: RunSeries, panel: Panel) -> np.ndarray:
-    return np.cumsum(s.num_preemptions) if panel.field == PREEMPTED else getattr(s, panel.field)
+    if panel.field == PREEMPTED:
+        return np.cumsum(s.num_preemptions)
+    values = getattr(s, panel.field)
+    # A series only hybrid runs have: zero elsewhere, so a run without it draws nothing there.
+    return values if len(values) == len(s.step_end_s) else np.zeros(len(s.step_end_s))
 
 
 def layout_rows(series: Sequence[RunSeries]) -> list[Row]:

@@ -3,7 +3,7 @@ plain numpy arrays (``RunSeries``), built from a result folder's files or from a
 requests.csv and steps.csv column names, never from the simulator's own objects."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -14,6 +14,7 @@ from simulator.plots.figures import read_columns
 REQUESTS_CSV, STEPS_CSV = "requests.csv", "steps.csv"
 LATENCY_COLUMNS = ("ttft_ms", "tpot_ms", "e2el_ms")   # requests.csv columns the plots read
 STEP_COLUMNS = ("end_s", "num_running", "num_waiting", "kv_usage", "num_preemptions")  # steps.csv
+STATE_SLOTS = "num_state_slots"   # steps.csv of a hybrid model's run only
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class RunSeries:
     num_waiting: np.ndarray
     kv_usage: np.ndarray
     num_preemptions: np.ndarray
+    num_state_slots: np.ndarray = field(default_factory=lambda: np.zeros(0))   # hybrid models
 
     @property
     def total_preemptions(self) -> int:
@@ -48,7 +50,7 @@ def run_series_from_columns(label: str, requests: Mapping[str, np.ndarray],
 
     return RunSeries(label, latency("ttft_ms"), latency("e2el_ms"), latency("tpot_ms"),
                      step("end_s"), step("num_running"), step("num_waiting"), step("kv_usage"),
-                     step("num_preemptions"))
+                     step("num_preemptions"), step(STATE_SLOTS))
 
 
 def read_run_series(run_dir: Path, label: str | None = None) -> RunSeries:
@@ -56,7 +58,7 @@ def read_run_series(run_dir: Path, label: str | None = None) -> RunSeries:
     name (the scheduler's label)."""
     run_dir = Path(run_dir)
     steps_csv = run_dir / STEPS_CSV
-    steps = read_columns(steps_csv, STEP_COLUMNS) if steps_csv.is_file() else {}
+    steps = read_columns(steps_csv, STEP_COLUMNS + (STATE_SLOTS,)) if steps_csv.is_file() else {}
     requests = read_columns(run_dir / REQUESTS_CSV, LATENCY_COLUMNS)
     return run_series_from_columns(label or run_dir.name, requests, steps)
 

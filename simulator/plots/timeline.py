@@ -18,7 +18,6 @@ from pathlib import Path
 
 from simulator.engine.routing import router_for
 from simulator.engine.simulation import Simulation
-from simulator.kv.block_pool import KVCache
 from simulator.results.atomic import atomic_write
 from simulator.results.step_table import StepTable
 from simulator.core.request import RequestStatus
@@ -88,8 +87,8 @@ def record_timeline(prepared, run) -> SlotTimeline:
     """Simulate one scheduler of a prepared scenario again, recording every step's slots."""
     scenario = prepared.scenario
     engine = scenario.engine
-    schedulers = [run.scheduler_cls(run.options, KVCache(run.num_gpu_blocks, engine.block_size),
-                                    run.context) for _ in range(engine.num_replicas)]
+    schedulers = [run.scheduler_cls(run.options, run.counted_kv_cache(), run.context)
+                  for _ in range(engine.num_replicas)]
     recorder = TimelineRecorder(run.label, run.options.max_num_seqs)
     Simulation(make_requests(prepared.trace), schedulers, prepared.cost_model, recorder.step_log,
                max_concurrency=prepared.trace.max_concurrency, router=router_for(engine),

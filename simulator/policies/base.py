@@ -16,6 +16,7 @@ from simulator.core import rules
 from simulator.core.batch import Batch
 from simulator.core.request import Request, RequestStatus
 from simulator.kv.block_pool import KVCache
+from simulator.kv.hybrid_pool import HybridKVCache
 from simulator.policies.queues import FCFSQueue
 from simulator.policies.speculative import SpecDecoder
 
@@ -50,6 +51,8 @@ class Scheduler:
     checks_pool_at_startup = False   # vLLM's presets refuse a pool below one max_model_len request
     prefix_cache_class: ClassVar[type[KVCache] | None] = None   # the pool of enable_prefix_caching
     supports_speculative = False   # engine.speculative (docs/speculative-decoding-semantics.md)
+    # Runs hybrid models: their state blocks come from the KV pool (docs/hybrid-state-semantics.md)
+    supports_state_pool: ClassVar[bool] = False
 
     def __init__(self, options, kv_cache: KVCache, context: SchedulerContext):
         self.kv = kv_cache
@@ -86,7 +89,11 @@ class Scheduler:
         return cls.prefix_cache_class if caching else KVCache
 
     @classmethod
-    def make_kv_cache(cls, options, num_gpu_blocks: int, block_size: int) -> KVCache:
+    def make_kv_cache(cls, options, num_gpu_blocks: int, block_size: int, layout=None) -> KVCache:
+        """The pool of a run; ``layout`` (cost_models.hybrid_layout.HybridLayout): a hybrid
+        model's, whose state blocks come from the same pool (rule H3)."""
+        if layout is not None:
+            return HybridKVCache.of_layout(num_gpu_blocks, block_size, layout)
         return cls.kv_cache_class(options)(num_gpu_blocks, block_size)
 
     @classmethod
@@ -128,13 +135,13 @@ class Scheduler:
         memory holds (``where`` says how), whatever num_gpu_blocks the scenario gives."""
         if not self.checks_pool_at_startup:
             return
-        need = -(-self.max_model_len // self.kv.block_size)
+        need = self.kv.blocks_for(self.max_model_len)   # a hybrid pool: its state blocks too
         if need > num_memory_blocks:
             raise SchedulerError(
                 f"engine.max_model_len: {self.max_model_len} tokens need {need} KV blocks of "
                 f"{self.kv.block_size}, more than the {num_memory_blocks} {where}; "
                 f"{self.options.preset} refuses this at start-up: lower max_model_len to at most "
-                f"{num_memory_blocks * self.kv.block_size} or raise gpu_memory_utilization")
+                f"{self.kv.tokens_in(num_memory_blocks)} or raise gpu_memory_utilization")
 
     def schedule(self, now_s: float, batch: Batch | None = None) -> Batch:
         """The next step: ``batch`` (new if None) with this policy's requests added."""

@@ -39,6 +39,7 @@ class VllmV1Scheduler(Scheduler):
     Options = VllmV1Options
     prefix_cache_class = PrefixCachingKVCache
     supports_remote_kv = True
+    supports_state_pool = True   # hybrid models' state blocks in the one pool (rule H3)
 
     def make_waiting_queue(self):
         return PriorityQueue() if self.options.scheduling_policy == "priority" else FCFSQueue()

@@ -26,10 +26,12 @@ STEP_DTYPES: dict[str, type] = {
     "num_preemptions": np.int64,     # decided while forming this step
 }
 STEP_COLUMNS: tuple[str, ...] = tuple(STEP_DTYPES)
-# A run of several replicas adds the replica each step ran on (its index in summary.json's
-# "replicas"), so that each replica's series can be read apart.
-REPLICA = "replica"
-STEP_DTYPES_WITH_REPLICA = {**STEP_DTYPES, REPLICA: np.int64}
+# Columns only some runs have, after STEP_COLUMNS in this order: a hybrid model's runs keep the
+# requests holding a state (docs/hybrid-state-semantics.md H4); a run of several replicas the
+# replica each step ran on (its index in summary.json's "replicas").
+STATE_SLOTS, REPLICA = "num_state_slots", "replica"
+OPTIONAL_STEP_COLUMNS: tuple[str, ...] = (STATE_SLOTS, REPLICA)
+ALL_STEP_DTYPES = {**STEP_DTYPES, STATE_SLOTS: np.int64, REPLICA: np.int64}   # every column
 # What a run keeps of every step once the rest is written: the summary's and the plots' series.
 STEP_SERIES: tuple[str, ...] = ("start_s", "end_s", "num_running", "num_waiting", "kv_usage",
                                 "num_preemptions")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from simulator.results.atomic import atomic_write, put_in_place, staging_folder
-from simulator.results.columns import REPLICA, REQUEST_COLUMNS, STEP_COLUMNS, STEP_DTYPES_WITH_REPLICA
+from simulator.results.columns import ALL_STEP_DTYPES, OPTIONAL_STEP_COLUMNS, REQUEST_COLUMNS, STEP_COLUMNS
 
 REQUESTS, STEPS, SUMMARY_JSON = "requests", "steps", "summary.json"
 FORMATS = ("csv", "parquet")
@@ -87,16 +87,19 @@ def _arrow_column(values: np.ndarray, missing: np.ndarray | None = None):
 
 
 class StepFile(TableFile):
-    """steps.csv: STEP_COLUMNS, and the replica's column where the run's chunks carry one."""
+    """steps.csv: STEP_COLUMNS, then the optional columns the run's chunks carry (its first
+    chunk, before the header is written, decides)."""
 
     def __init__(self, path: Path, file_format: str):
-        super().__init__(path, STEP_COLUMNS, STEP_DTYPES_WITH_REPLICA, file_format)
+        super().__init__(path, STEP_COLUMNS, ALL_STEP_DTYPES, file_format)
 
     def write(self, columns: dict[str, np.ndarray]) -> None:
-        if self._writer is None and REPLICA in columns:   # the header is not written yet
+        extra = tuple(name for name in OPTIONAL_STEP_COLUMNS if name in columns)
+        if self._writer is None and extra:
             import pyarrow as pa
-            self.names = (*STEP_COLUMNS, REPLICA)
-            self.schema = self.schema.append(pa.field(REPLICA, pa.int64()))
+            self.names = STEP_COLUMNS + extra
+            for name in extra:
+                self.schema = self.schema.append(pa.field(name, pa.int64()))
         super().write(columns)
 
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.results.columns import REQUEST_COLUMNS, STEP_DTYPES_WITH_REPLICA
+from simulator.results.columns import REQUEST_COLUMNS, ALL_STEP_DTYPES
 from simulator.results.files import FORMATS, REQUESTS, STEPS, SUMMARY_JSON
 
 _INT_REQUEST_COLUMNS = ("request_id", "num_prompt_tokens", "num_output_tokens", "num_preemptions",
@@ -31,7 +31,7 @@ def load(result_dir: str | os.PathLike) -> RunResults:
     if file_format is None:
         raise FileNotFoundError(f"{folder}: no {REQUESTS}.csv or {REQUESTS}.parquet")
     request_types = {name: "int64" if name in _INT_REQUEST_COLUMNS else "float64" for name in REQUEST_COLUMNS}
-    step_types = {name: dtype.__name__ for name, dtype in STEP_DTYPES_WITH_REPLICA.items()}
+    step_types = {name: dtype.__name__ for name, dtype in ALL_STEP_DTYPES.items()}
     if file_format == "csv":
         requests = pd.read_csv(folder / f"{REQUESTS}.csv", dtype=request_types)
         steps = pd.read_csv(folder / f"{STEPS}.csv", dtype=step_types)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.results.columns import (LEVELS, REPLICA, STEP_COLUMNS, STEP_DTYPES_WITH_REPLICA,
-                                      STEP_FIGURES, STEP_SERIES)
+from simulator.results.columns import (ALL_STEP_DTYPES, LEVELS, OPTIONAL_STEP_COLUMNS, REPLICA,
+                                      STATE_SLOTS, STEP_COLUMNS, STEP_FIGURES, STEP_SERIES)
 from simulator.results.decimate import envelope, thin_events
 
 CHUNK_ROWS = 65_536
@@ -27,14 +27,17 @@ _END_S = STEP_COLUMNS.index("end_s")   # the column whose length is the buffered
 
 
 class StepTable:
-    def __init__(self, sink=None, chunk_rows: int = CHUNK_ROWS, replica_column: bool = False):
-        """``replica_column``: a run of several replicas, whose steps say which one ran them."""
+    def __init__(self, sink=None, chunk_rows: int = CHUNK_ROWS, state_slots: bool = False,
+                 replica_column: bool = False):
+        """``state_slots``: a hybrid model's run (its STATE_SLOTS column); ``replica_column``: a
+        run of several replicas, whose steps say which one ran them (REPLICA)."""
         self.sink = sink
         self.chunk_rows = chunk_rows
-        self.columns = (*STEP_COLUMNS, REPLICA) if replica_column else STEP_COLUMNS
+        extra = tuple(name for name, on in zip(OPTIONAL_STEP_COLUMNS, (state_slots, replica_column)) if on)
+        self.columns = STEP_COLUMNS + extra
+        self._extra = {name: i for i, name in enumerate(self.columns) if name in extra}
         self._lists: tuple[list, ...] = tuple([] for _ in self.columns)
-        series = (*STEP_SERIES, REPLICA) if replica_column else STEP_SERIES
-        self._kept = series if sink is not None else self.columns
+        self._kept = STEP_SERIES + extra if sink is not None else self.columns
         self._chunks: list[dict[str, np.ndarray]] = []   # the current window's
         self._num_flushed = 0
         self._folded: list[dict] = []                    # each folded window's sums
@@ -50,12 +53,15 @@ class StepTable:
     def append(self, start_s: float, end_s: float, num_seqs: int, num_prefill_seqs: int,
                num_decode_seqs: int, num_tokens: int, num_prefill_tokens: int,
                num_running: int, num_waiting: int, kv_usage: float, num_preemptions: int,
-               replica: int = 0) -> None:
-        """Record one step (``replica``: which one ran it, kept with a replica column)."""
+               num_state_slots: int = 0, replica: int = 0) -> None:
+        """Record one step (``num_state_slots``, ``replica``: kept where the table has their
+        columns)."""
         (start, end, seqs, prefill_seqs, decode_seqs, tokens, prefill_tokens, running, waiting,
          kv, preemptions) = self._lists[:11]
-        if len(self._lists) > 11:
-            self._lists[11].append(replica)
+        if self._extra:
+            for name, value in ((STATE_SLOTS, num_state_slots), (REPLICA, replica)):
+                if name in self._extra:
+                    self._lists[self._extra[name]].append(value)
         start.append(start_s)
         end.append(end_s)
         seqs.append(num_seqs)
@@ -72,16 +78,18 @@ class StepTable:
 
     def extend_decode_steps(self, start_s: float, end_s: list[float], num_rows: list[int],
                             num_running: list[int], num_waiting: list[int],
-                            kv_usage: list[float]) -> None:
+                            kv_usage: list[float], num_state_slots: list[int] | None = None) -> None:
         """Record back-to-back all-decode steps (a run): step i runs from the previous end
         (``start_s`` for the first) to ``end_s[i]`` with ``num_rows[i]`` decodes."""
         k = len(end_s)
         if not (len(num_rows) == len(num_running) == len(num_waiting) == len(kv_usage) == k):
             raise ValueError(f"extend_decode_steps: per-step lists must all have len(end_s)={k}")
-        if len(self._lists) > 11:
+        if REPLICA in self._extra:
             raise ValueError("extend_decode_steps: runs of decode steps are a lone replica's")
         (start, end, seqs, prefill_seqs, decode_seqs, tokens, prefill_tokens, running, waiting,
-         kv, preemptions) = self._lists
+         kv, preemptions) = self._lists[:11]
+        if STATE_SLOTS in self._extra:
+            self._lists[self._extra[STATE_SLOTS]].extend(num_state_slots)
         zeros = [0] * k
         start.append(start_s)
         start += end_s[:-1]
@@ -101,7 +109,7 @@ class StepTable:
         if not self._lists[_END_S]:
             return
         try:
-            chunk = {name: np.fromiter(values, STEP_DTYPES_WITH_REPLICA[name], len(values))
+            chunk = {name: np.fromiter(values, ALL_STEP_DTYPES[name], len(values))
                      for name, values in zip(self.columns, self._lists)}
         except (TypeError, ValueError) as exc:   # e.g. a count that is no integer
             raise ValueError(f"step log: a value cannot be stored ({exc})") from None
@@ -118,7 +126,7 @@ class StepTable:
         """The current window's kept columns, each one array (its chunks let go)."""
         if len(self._chunks) != 1:
             self._chunks = [{name: np.concatenate([c[name] for c in self._chunks])
-                             if self._chunks else np.empty(0, STEP_DTYPES_WITH_REPLICA[name])
+                             if self._chunks else np.empty(0, ALL_STEP_DTYPES[name])
                              for name in self._kept}]
         return self._chunks[0]
 
@@ -163,8 +171,8 @@ class StepTable:
         missing = [name for name in STEP_COLUMNS if name not in columns]
         if missing:
             raise ValueError(f"step log columns: missing {missing}; need all of {list(STEP_COLUMNS)}")
-        table = cls(replica_column=REPLICA in columns)
-        table._chunks = [{name: np.asarray(columns[name], STEP_DTYPES_WITH_REPLICA[name])
+        table = cls(state_slots=STATE_SLOTS in columns, replica_column=REPLICA in columns)
+        table._chunks = [{name: np.asarray(columns[name], ALL_STEP_DTYPES[name])
                           for name in table.columns}]
         table._num_flushed = len(table._chunks[0]["end_s"])
         return table
