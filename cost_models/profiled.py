@@ -92,7 +92,7 @@ class TableCostModel:
     sequence: Table1D | None        # lm_head + sampler against sampled rows (None: roofline)
     attention: object               # AttentionGrid (per layer) or RooflineAttention (all layers)
     step_overhead_s: float
-    allreduce: Table1D | None = None  # one all-reduce against bytes
+    allreduce: object = None        # one all-reduce against bytes: a measured Table1D or RingAllReduce
     allreduce_bytes_per_token: float = 0.0
     fitted_range: FittedRange | None = None
     name: str = "profiled"

@@ -4,7 +4,8 @@ Each group (the linear layers, attention over decodes, attention over prefill ch
 takes max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) on one tensor-parallel rank, and
 the groups run one after another, so their times add. One roofline per group is more honest than one
 global max: a mixed step's decode attention is bandwidth-bound while its GEMMs may be compute-bound.
-Tensor parallelism adds two all-reduces per layer (after attention and after the MLP).
+Tensor parallelism adds two all-reduces per layer (after attention and after the MLP), each a ring
+all-reduce over the GPU's link (cost_models/interconnect.py).
 
 ``step_time_s`` reads the batch's work counts and does scalar arithmetic on constants precomputed
 in ``__post_init__``.
@@ -18,6 +19,7 @@ import numpy as np
 
 from cost_models.batch_shape import BatchShape
 from cost_models.hardware import HardwareSpec
+from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
 
@@ -43,9 +45,9 @@ class RooflineCostModel:
     # spends ~3.9 ms beyond reading the weights at measured bandwidth in a plain-PyTorch harness
     # with ~20 kernels per layer; an engine with fused kernels sits nearer 2 ms.
     step_overhead_s: float = 2e-3
-    # Fixed cost of one small all-reduce (NCCL or vLLM's custom all-reduce over NVLink), on the
-    # order of 10 us; paid 2 x num_layers times per step at tensor_parallel_size > 1.
-    allreduce_latency_s: float = 1e-5
+    # Fixed cost of one all-reduce, paid 2 x num_layers times per step at tensor_parallel_size > 1;
+    # None: NCCL's latencies for the GPU's link (base plus 2(N-1) hops, cost_models/interconnect.py).
+    allreduce_latency_s: float | None = None
     _k: "_PerRank" = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -56,6 +58,8 @@ class RooflineCostModel:
                 raise ValueError(f"cost_model.{name}: {value!r} must be a number in (0, 1]")
         for name in ("step_overhead_s", "allreduce_latency_s"):
             value = getattr(self, name)
+            if value is None and name == "allreduce_latency_s":
+                continue
             if not _is_number(value) or value < 0:
                 raise ValueError(f"cost_model.{name}: {value!r} is not a non-negative number of seconds")
         object.__setattr__(self, "_k", _per_rank(self))
@@ -97,7 +101,9 @@ class RooflineCostModel:
             weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
         linear_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
         sampling_s = k.sampling_s(num_sampled) if num_sampled else 0.0
-        allreduce_s = (k.allreduces * (k.allreduce_s_per_token * tokens + self.allreduce_latency_s)
+        allreduce_s = (k.allreduces * ring_allreduce_s(k.allreduce_bytes_per_token * tokens,
+                                                       self.tensor_parallel_size, self.hardware,
+                                                       self.allreduce_latency_s)
                        if k.allreduces else 0.0)
         return linear_s, sampling_s, allreduce_s
 
@@ -126,7 +132,7 @@ class _PerRank:
     lm_head_weight_s: float
     logit_s_per_row: float         # writing one row of fp32 logits
     allreduces: int                # per step; 0 at tensor_parallel_size 1
-    allreduce_s_per_token: float   # ring all-reduce bytes of one token's hidden state / link speed
+    allreduce_bytes_per_token: int  # one token's hidden state, all-reduced after attention and MLP
 
     def attention_s(self, pairs, kv_tokens, q_tokens) -> float:
         """Attention over every layer: its FLOPs for ``pairs`` (query, key) pairs or its traffic
@@ -163,8 +169,8 @@ def _per_rank(m: RooflineCostModel) -> _PerRank:
         lm_head_s_per_row=2 * hidden * vocab / tp / flops,
         lm_head_weight_s=hidden * vocab * b / tp / bandwidth,
         logit_s_per_row=vocab * LOGIT_BYTES / tp / bandwidth,
-        allreduces=2 * layers if tp > 1 else 0,
-        allreduce_s_per_token=2 * (tp - 1) / tp * hidden * b / m.hardware.interconnect_bandwidth_Bps)
+        allreduces=allreduces_per_step(layers, tp),
+        allreduce_bytes_per_token=hidden * b)
 
 
 def _activation_elements_per_token(spec: ModelSpec, tp: int) -> float:

@@ -91,13 +91,27 @@ def _tables(data: dict, tp: int, step_overhead_s: float | None) -> TableCostMode
     if attention["kind"] == "grid":
         from cost_models.attention_grid import AttentionGrid   # here: a roofline profile needs none
         grid = AttentionGrid.from_json(attention, _decode_skew(data, tp))
+    allreduce, bytes_per_token = _allreduce(data, section, tp, table("allreduce", "bytes"))
     return TableCostModel(
         num_layers=int(data["num_layers"]), layer=table("layer", "tokens"), whole_model=table("whole_model", "tokens"),
         sequence=table("sequence", "sequences"),
         attention=grid or roofline,
-        step_overhead_s=float(overhead), allreduce=table("allreduce", "bytes"),
-        allreduce_bytes_per_token=float(section.get("allreduce_bytes_per_token", 0.0)),
+        step_overhead_s=float(overhead), allreduce=allreduce, allreduce_bytes_per_token=bytes_per_token,
         fitted_range=FittedRange.from_json(section["fitted_range"]), name=data["name"])
+
+
+def _allreduce(data: dict, section: dict, tp: int, measured):
+    """One all-reduce against bytes, and the bytes per token: the profile's measured table where it
+    has one (Vidur's network/ files), else at tp > 1 the ring formula over the profiled GPU's link.
+
+    LLMServingSim's tp2 tables hold no communication: they were measured on one GPU with the
+    shard's shapes (meta.yaml: tensor_parallel_size 1, hf_overrides halving heads and MLP width).
+    """
+    if measured is not None or tp == 1:
+        return measured, float(section.get("allreduce_bytes_per_token", 0.0))
+    from cost_models.interconnect import RingAllReduce
+    spec = load_model(data["model"])
+    return RingAllReduce(tp, load_hardware(data["hardware"])), float(spec.hidden_size * spec.dtype_bytes)
 
 
 def _decode_skew(data: dict, tp: int) -> float:
