@@ -7,10 +7,11 @@ random-weight decoder of the same shape.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cost_models import user_paths
+from cost_models import precision, user_paths
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,9 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     qk_norm: bool = False
     tie_word_embeddings: bool = False
-    dtype_bytes: int = 2                 # bf16/fp16 weights and KV
+    dtype_bytes: int = 2                 # bf16/fp16 activations, unquantized weights, "auto" KV
+    quantization: str = "none"           # the linear weights' format (cost_models/precision.py)
+    kv_cache_dtype: str = "auto"         # vLLM's --kv-cache-dtype
 
     @property
     def head_dim_(self) -> int:
@@ -72,6 +75,25 @@ class ModelSpec:
         return self.mlp_params_per_layer
 
     @property
+    def router_params_per_layer(self) -> int:
+        """The MoE gate (hidden x experts), kept in the activation dtype by every quantization."""
+        return self.hidden_size * self.num_experts
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """One layer's quantizable weights: attention projections and FFN (every expert), no router."""
+        return self.attn_params_per_layer + self.mlp_params_per_layer - self.router_params_per_layer
+
+    @property
+    def weight_dtype_bytes(self) -> float:
+        """Bytes of one linear weight: the quantization's width, else dtype_bytes."""
+        return precision.weight_bytes_per_param(self.quantization, self.dtype_bytes)
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        return precision.kv_bytes_per_element(self.kv_cache_dtype, self.dtype_bytes)
+
+    @property
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
 
@@ -82,15 +104,33 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
+        linear = self.num_layers * self.linear_params_per_layer
+        return math.ceil(linear * self.weight_dtype_bytes + (self.num_params - linear) * self.dtype_bytes)
 
     def kv_bytes_per_token(self, tensor_parallel_size: int = 1) -> int:
         """K and V of every layer for one token on one TP rank (KV heads are split across ranks)."""
         kv_heads_per_rank = max(1, self.num_kv_heads // tensor_parallel_size)
-        return 2 * self.num_layers * kv_heads_per_rank * self.head_dim_ * self.dtype_bytes
+        return 2 * self.num_layers * kv_heads_per_rank * self.head_dim_ * self.kv_dtype_bytes
 
     def with_max_model_len(self, max_model_len: int) -> "ModelSpec":
         return replace(self, max_model_len=max_model_len)
+
+    def with_precision(self, dtype: str = "auto", quantization: str | None = None,
+                       kv_cache_dtype: str = "auto") -> "ModelSpec":
+        """The engine's ``dtype``, ``quantization`` and ``kv_cache_dtype`` applied (vLLM's flags).
+
+        ``quantization`` None keeps the config's; one that differs from the config's is refused,
+        as vLLM refuses it.
+        """
+        width = precision.DTYPE_BYTES[precision.check_choice("engine.dtype", dtype, precision.DTYPES)]
+        if quantization is not None:
+            precision.check_choice("engine.quantization", quantization, precision.QUANTIZATIONS)
+            if self.quantization != "none" and quantization != self.quantization:
+                raise ValueError(f"engine.quantization: {quantization!r} differs from the "
+                                 f"{self.quantization!r} of {self.name}'s quantization_config")
+        precision.check_choice("engine.kv_cache_dtype", kv_cache_dtype, precision.KV_CACHE_DTYPES)
+        return replace(self, dtype_bytes=width or self.dtype_bytes,
+                       quantization=quantization or self.quantization, kv_cache_dtype=kv_cache_dtype)
 
 
 # Published architectures (the models' own config.json files on their hubs).
@@ -167,7 +207,8 @@ def _from_hf_config(cfg: dict, name: str) -> ModelSpec:
         moe_intermediate_size=cfg.get("moe_intermediate_size") or cfg.get("intermediate_size", 0),
         qk_norm=model_type.startswith("qwen3"),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        dtype_bytes=4 if cfg.get("torch_dtype") == "float32" else 2)
+        dtype_bytes=4 if cfg.get("torch_dtype") == "float32" else 2,
+        quantization=precision.quantization_from_hf_config(cfg.get("quantization_config")))
 
 
 class UnknownModelError(ValueError):

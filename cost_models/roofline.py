@@ -22,6 +22,7 @@ from cost_models.hardware import HardwareSpec
 from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
+from cost_models.precision import linear_peak_flops
 
 # Full-width hidden-state traffic per token per layer, in hidden_size elements, replicated on every
 # rank: two RMSNorms (read + write: 4), two residual adds (two reads + one write: 6), the inputs of
@@ -117,7 +118,8 @@ class _PerRank:
     """Every shape-independent factor of step_time_s on one rank, as seconds per unit of work.
 
     Compute terms are FLOPs / (peak x compute_efficiency), memory terms bytes / (bandwidth x
-    bandwidth_efficiency); see _per_rank for the FLOP and byte counts.
+    bandwidth_efficiency); see _per_rank for the FLOP and byte counts. The linear layers take the
+    quantization's weight bytes and peak (cost_models/precision.py), the KV cache its dtype's bytes.
     """
     linear_s_per_token: float      # GEMM FLOPs of one token through every layer
     dense_weight_s: float          # reading the non-expert weights once per step
@@ -147,19 +149,23 @@ class _PerRank:
 
 
 def _per_rank(m: RooflineCostModel) -> _PerRank:
-    spec, tp, b = m.model, m.tensor_parallel_size, m.model.dtype_bytes
+    spec, tp, b, wb = m.model, m.tensor_parallel_size, m.model.dtype_bytes, m.model.weight_dtype_bytes
     flops = m.hardware.bf16_flops * m.compute_efficiency
+    linear_flops = linear_peak_flops(m.hardware, spec.quantization) * m.compute_efficiency
     bandwidth = m.hardware.memory_bandwidth_Bps * m.bandwidth_efficiency
     layers, hidden, vocab = spec.num_layers, spec.hidden_size, spec.vocab_size
     mats = 3 if spec.mlp_kind == "swiglu" else 2
     router = hidden * spec.num_experts
     expert = mats * hidden * spec.moe_intermediate_size
-    dense_per_layer = spec.attn_params_per_layer + (router if spec.is_moe else spec.mlp_params_per_layer)
+    # Bytes of the weights every step reads: attention and a dense FFN in the quantization's
+    # format, an MoE router in the activation dtype (experts are counted apart).
+    dense_bytes_per_layer = (spec.attn_params_per_layer + (0 if spec.is_moe else spec.mlp_params_per_layer)) * wb \
+        + (router if spec.is_moe else 0) * b
     active_per_layer = spec.attn_params_per_layer + spec.active_mlp_params_per_layer + router
     return _PerRank(
-        linear_s_per_token=2 * layers * active_per_layer / tp / flops,
-        dense_weight_s=layers * dense_per_layer * b / tp / bandwidth,
-        expert_s=layers * expert * b / tp / bandwidth if spec.is_moe else 0.0,
+        linear_s_per_token=2 * layers * active_per_layer / tp / linear_flops,
+        dense_weight_s=layers * dense_bytes_per_layer / tp / bandwidth,
+        expert_s=layers * expert * wb / tp / bandwidth if spec.is_moe else 0.0,
         num_experts=spec.num_experts,
         top_k=spec.num_experts_per_tok,
         activation_s_per_token=layers * b * _activation_elements_per_token(spec, tp) / bandwidth,

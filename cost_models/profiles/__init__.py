@@ -121,6 +121,18 @@ def _decode_skew(data: dict, tp: int) -> float:
     return float(skew.get("alpha_by_tp", {}).get(str(tp), 0.0))
 
 
+def _check_precision(model, data: dict) -> None:
+    """A fitted file's times were measured at 16-bit weights and KV: another format is refused,
+    since no term of the file could price it."""
+    if model is None:
+        return
+    for field, value, measured in (("quantization", model.quantization, "none"),
+                                   ("kv_cache_dtype", model.kv_cache_dtype, "auto")):
+        if value != measured:
+            raise ValueError(f"engine.{field}: {value!r} but cost model {data['name']!r} was measured "
+                             f"with {measured!r}; use kind roofline for another number format")
+
+
 def build_profiled(options: dict, model, hardware, tensor_parallel_size: int) -> StepCostModel:
     """The ``profiled`` kind of a scenario's cost_model: ``{profile: NAME}`` or ``{path: FILE.json}``."""
     if ("profile" in options) == ("path" in options):
@@ -130,6 +142,7 @@ def build_profiled(options: dict, model, hardware, tensor_parallel_size: int) ->
     if model is not None and data.get("model") and getattr(model, "name", None) != data["model"]:
         warnings.warn(f"cost model {data['name']!r} was measured on model {data['model']!r}, "
                       f"the scenario runs {model.name!r}", RuntimeWarning, stacklevel=2)
+    _check_precision(model, data)
     overhead = options.get("step_overhead_s")
     if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or overhead < 0):
         raise ValueError(f"cost_model.step_overhead_s: {overhead!r} is not a non-negative number of seconds")

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from cost_models import user_paths
 from cost_models.hardware import hardware_aliases
 from cost_models.model_spec import ModelSpec, load_model
+from cost_models.precision import KV_CACHE_DTYPES
 from simulator.scenario.model import EngineOptions
 from simulator.validate.measured import MeasuredRun
 from simulator.validate.record import EngineRecord, Setting, choose
@@ -122,8 +123,11 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
         engine["max_model_len"] = max_len.value
     if blocks.how != "derived":
         engine["num_gpu_blocks"] = blocks.value
-    return engine, [tp, _replicas_note(dp), block, blocks, util, max_len, _dtype(record, model),
-                    _kv_cache_dtype(record, blocks.how != "derived")]
+    fitted = options.cost_model.get("kind") == "profiled"
+    kv = _kv_cache_dtype(record, blocks.how != "derived", fitted)
+    if kv.value != "auto" and not fitted:
+        engine["kv_cache_dtype"] = kv.value
+    return engine, [tp, _replicas_note(dp), block, blocks, util, max_len, _dtype(record, model), kv]
 
 
 def block_size_setting(measured: MeasuredRun) -> Setting:
@@ -155,15 +159,25 @@ def _dtype(record: EngineRecord, model: ModelSpec) -> Setting:
     return Setting(dtype.name, dtype.value, dtype.how, where)
 
 
-def _kv_cache_dtype(record: EngineRecord, blocks_known: bool) -> Setting:
-    """A KV dtype other than the model's only matters where blocks are derived from memory."""
+def _kv_cache_dtype(record: EngineRecord, blocks_known: bool, measured_tables: bool) -> Setting:
+    """The recorded KV dtype, which sizes the KV blocks and their reads (cost_models/precision.py).
+
+    A fitted cost model was measured with a 16-bit cache and cannot price another: there the
+    dtype is only noted, which needs the block count known.
+    """
     kv = choose(record, "kv_cache_dtype", default="auto", why="vLLM's default, the model's dtype")
     if kv.value == "auto":
         return kv
+    if kv.value not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype: {kv.value!r} ({kv.where}) is not modelled; "
+                         f"allowed: {', '.join(KV_CACHE_DTYPES)}")
+    if not measured_tables:
+        return kv
     if not blocks_known:
-        raise ValueError(f"kv_cache_dtype: {kv.value} ({kv.where}) is not modelled when KV blocks are derived "
-                         f"from GPU memory; pass --num-gpu-blocks")
-    return Setting(kv.name, kv.value, kv.how, f"{kv.where}; not modelled, the block count is known")
+        raise ValueError(f"kv_cache_dtype: {kv.value} ({kv.where}) is not modelled by a fitted cost model "
+                         f"when KV blocks are derived from GPU memory; pass --num-gpu-blocks")
+    return Setting(kv.name, kv.value, kv.how, f"{kv.where}; not modelled by the fitted cost model, "
+                   f"the block count is known")
 
 
 def scheduler_section(measured: MeasuredRun, options: RebuildOptions, name: str) -> tuple[dict, list[Setting]]:
