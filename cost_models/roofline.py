@@ -22,6 +22,7 @@ from cost_models.hardware import HardwareSpec
 from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
+from cost_models.moe import expected_distinct_experts
 from cost_models.precision import linear_peak_flops
 
 # Full-width hidden-state traffic per token per layer, in hidden_size elements, replicated on every
@@ -99,7 +100,7 @@ class RooflineCostModel:
         k = self._k
         weight_s = k.dense_weight_s
         if k.expert_s:
-            weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
+            weight_s += k.expert_s * expected_distinct_experts(tokens, k.num_experts, k.top_k)
         linear_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
         sampling_s = k.sampling_s(num_sampled) if num_sampled else 0.0
         allreduce_s = (k.allreduces * ring_allreduce_s(k.allreduce_bytes_per_token * tokens,
