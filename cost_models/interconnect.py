@@ -11,8 +11,8 @@ which is NCCL's own cost model for a single-node ring all-reduce (``src/graph/tu
 ``ncclTopoTuneModel``: latency ``baseLat + nsteps x hwLat`` with nsteps = 2(N-1), algorithm
 bandwidth ``busBw x N / nsteps``). NCCL picks the faster of its protocols per message size: LL
 (low latency; NCCL prices its ring all-reduce at a quarter of the bus bandwidth, ``busBw x 1/4``)
-and Simple (the full bus bandwidth, longer latencies), and so do we. LL128 is left out: NCCL enables it by default only on Volta and Ampere
-with NVLink.
+and Simple (the full bus bandwidth, longer latencies), and so do we. LL128 is left out: NCCL
+enables it by default only on Volta and Ampere with NVLink.
 
 The bus bandwidth is one direction of the link: a ring rank sends to one neighbour while it
 receives from the other, and datasheets quote NVLink and PCIe as the sum of both directions.

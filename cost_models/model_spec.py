@@ -154,6 +154,9 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("qwen3-30b-a3b", num_layers=48, hidden_size=2048, num_attention_heads=32, num_kv_heads=4,
               head_dim=128, intermediate_size=6144, vocab_size=151936, max_model_len=262144,
               num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, qk_norm=True),
+    ModelSpec("mixtral-8x7b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+              intermediate_size=14336, vocab_size=32000, max_model_len=32768,
+              num_experts=8, num_experts_per_tok=2, moe_intermediate_size=14336),
     ModelSpec("opt-13b", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
               intermediate_size=20480, vocab_size=50272, max_model_len=2048, mlp_kind="relu",
               tie_word_embeddings=True),
@@ -172,7 +175,8 @@ HF_NAMES = {
     "llama-3.1-8b-instruct": "llama-3.1-8b", "meta-llama-3.1-8b": "llama-3.1-8b",
     "meta-llama-3.1-8b-instruct": "llama-3.1-8b", "llama-3.1-70b-instruct": "llama-3.1-70b",
     "meta-llama-3.1-70b-instruct": "llama-3.1-70b", "llama-2-7b-hf": "llama-2-7b",
-    "llama-2-7b-chat-hf": "llama-2-7b", "llama-2-13b-hf": "llama-2-13b", "llama-2-70b-hf": "llama-2-70b",
+    "llama-2-7b-chat-hf": "llama-2-7b", "mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "mixtral-8x7b-instruct-v0.1": "mixtral-8x7b", "llama-2-13b-hf": "llama-2-13b", "llama-2-70b-hf": "llama-2-70b",
 }
 
 

@@ -53,7 +53,10 @@ class ExpertTable:
         """One layer's expert time for a step of ``num_tokens`` routed tokens."""
         if num_tokens <= 0:
             return 0.0
-        activated = expected_distinct_experts(num_tokens, self.num_experts, self.top_k)
+        return self.time_at(num_tokens, expected_distinct_experts(num_tokens, self.num_experts, self.top_k))
+
+    def time_at(self, num_tokens: float, activated: float) -> float:
+        """One layer's expert time at ``num_tokens`` tokens that activate ``activated`` experts."""
         ts = self.tokens
         if num_tokens >= ts[-1]:
             return _row_time(self.rows[-1], activated) * num_tokens / ts[-1]

@@ -33,3 +33,21 @@ def test_table_reads_its_rows_at_the_expected_experts():
     assert table.time_s(4) == pytest.approx(10e-6 + four * 1e-6)
     assert table.time_s(8) == pytest.approx((10e-6 + expected_distinct_experts(8, 8, 2) * 1e-6) * 8 / 4)
     assert ExpertTable.from_json(table.to_json()).time_s(3) == table.time_s(3)
+
+
+def test_the_shipped_moe_profile_prices_experts_at_the_expected_distinct_count():
+    import dataclasses
+
+    from cost_models.batch_shape import BatchShape
+    from cost_models.profiles import load_cost_model, profile_path, read_model_file
+    data = read_model_file(profile_path("rtx-pro-6000-qwen3-30b-a3b"))
+    model = load_cost_model(data, 1, step_overhead_s=0.0)
+    assert isinstance(model.moe, ExpertTable) and (model.moe.num_experts, model.moe.top_k) == (128, 8)
+    assert model.moe.time_s(1) == pytest.approx(50.23e-6, rel=1e-3)    # moe.csv: 1 token, 8 experts
+    shape = BatchShape.of([1] * 8, [100] * 8)
+    without = dataclasses.replace(model, moe=None)
+    assert model.step_time_s(shape) - without.step_time_s(shape) == pytest.approx(
+        48 * model.moe.time_at(8, 128 * (1 - (120 / 128) ** 8)), rel=1e-9)
+    with pytest.raises(ValueError, match="no expert timings at tp 2"):
+        data["tensor_parallel"]["2"] = data["tensor_parallel"]["1"] | {"moe": None}
+        load_cost_model(data, 2)

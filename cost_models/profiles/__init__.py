@@ -92,11 +92,12 @@ def _tables(data: dict, tp: int, step_overhead_s: float | None) -> TableCostMode
         from cost_models.attention_grid import AttentionGrid   # here: a roofline profile needs none
         grid = AttentionGrid.from_json(attention, _decode_skew(data, tp))
     allreduce, bytes_per_token = _allreduce(data, section, tp, table("allreduce", "bytes"))
+    moe = _expert_table(data, section, tp)
     return TableCostModel(
         num_layers=int(data["num_layers"]), layer=table("layer", "tokens"), whole_model=table("whole_model", "tokens"),
         sequence=table("sequence", "sequences"),
         attention=grid or roofline,
-        step_overhead_s=float(overhead), allreduce=allreduce, allreduce_bytes_per_token=bytes_per_token,
+        step_overhead_s=float(overhead), allreduce=allreduce, allreduce_bytes_per_token=bytes_per_token, moe=moe,
         fitted_range=FittedRange.from_json(section["fitted_range"]), name=data["name"])
 
 
@@ -112,6 +113,24 @@ def _allreduce(data: dict, section: dict, tp: int, measured):
     from cost_models.interconnect import RingAllReduce
     spec = load_model(data["model"])
     return RingAllReduce(tp, load_hardware(data["hardware"])), float(spec.hidden_size * spec.dtype_bytes)
+
+
+def _expert_table(data: dict, section: dict, tp: int):
+    """An MoE model's measured expert layer (moe.csv), read at the expected distinct experts; a
+    section of an MoE model without one is refused, since its experts would cost nothing."""
+    if section.get("moe"):
+        from cost_models.moe import ExpertTable
+        return ExpertTable.from_json(section["moe"])
+    model = data.get("model")
+    try:
+        is_moe = bool(model) and load_model(model).is_moe
+    except ValueError:
+        is_moe = False
+    if is_moe:
+        timed = ", ".join(t for t, s in data["tensor_parallel"].items() if s.get("moe")) or "none"
+        raise ValueError(f"engine.tensor_parallel_size: cost model {data['name']!r} has no expert timings "
+                         f"at tp {tp} (timed at tp: {timed}); its MoE layers would cost nothing")
+    return None
 
 
 def _decode_skew(data: dict, tp: int) -> float:
