@@ -224,3 +224,21 @@ def test_an_llmservingsim_run_without_its_workload_has_no_token_ids_and_says_so(
     run = load_llmservingsim_run(_run_folder(tmp_path, _meta()))
     assert run.prompt_token_ids is None and run.prompts_note.startswith("no dataset_path in meta.json")
     assert run.workload_index.tolist() == [0, 1, 2, 3]
+
+
+def test_a_recorded_fp8_quantization_reaches_the_scenario(tmp_path):
+    meta = _meta()
+    meta["resolved_config"]["model_config"]["quantization"] = "fp8"
+    meta["resolved_config"]["cache_config"]["cache_dtype"] = "fp8"
+    report, _ = _validate(tmp_path / "out", str(_run_folder(tmp_path, meta)))
+    engine = report["scenario"]["engine"]
+    assert (engine["quantization"], engine["kv_cache_dtype"]) == ("fp8", "fp8")
+    assert "  quantization fp8: recorded (meta.json resolved_config.model_config.quantization 'fp8')" in report["notes"]
+
+
+def test_a_recorded_method_without_a_format_asks_for_the_config(tmp_path):
+    meta = _meta()
+    meta["resolved_config"]["model_config"]["quantization"] = "awq"
+    result = CliRunner().invoke(main, ["validate", str(_run_folder(tmp_path, meta)), "--cost-model", "roofline",
+                                       "--no-plots", "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0 and "quantization: 'awq'" in result.output and "config.json" in result.output

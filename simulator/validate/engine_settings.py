@@ -127,7 +127,11 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
     kv = _kv_cache_dtype(record, blocks.how != "derived", fitted)
     if kv.value != "auto" and not fitted:
         engine["kv_cache_dtype"] = kv.value
-    return engine, [tp, _replicas_note(dp), block, blocks, util, max_len, _dtype(record, model), kv]
+    quantization = _quantization(record, model)
+    if quantization.value is not None:
+        engine["quantization"] = quantization.value
+    return engine, [tp, _replicas_note(dp), block, blocks, util, max_len, _dtype(record, model), kv,
+                    quantization]
 
 
 def block_size_setting(measured: MeasuredRun) -> Setting:
@@ -157,6 +161,26 @@ def _dtype(record: EngineRecord, model: ModelSpec) -> Setting:
                          f"{dtype.value}")
     where = f"{dtype.where}; {model.name} at {model.dtype_bytes} bytes"
     return Setting(dtype.name, dtype.value, dtype.how, where)
+
+
+# vLLM --quantization methods whose weight format the method alone fixes (cost_models/precision.py).
+_FORMAT_OF_METHOD = {"fp8": "fp8", "fbgemm_fp8": "fp8", "modelopt": "fp8"}
+
+
+def _quantization(record: EngineRecord, model: ModelSpec) -> Setting:
+    """The recorded quantization method as a weight format: fixed by the method (fp8), else read
+    from the model's config.json quantization_config (GPTQ, AWQ: their bits)."""
+    q = choose(record, "quantization", default=None, why="the model config's quantization_config, or none")
+    if q.value is None:
+        return q
+    if q.value in _FORMAT_OF_METHOD:
+        return Setting(q.name, _FORMAT_OF_METHOD[q.value], q.how, f"{q.where} {q.value!r}")
+    if model.quantization == "none":
+        raise ValueError(f"quantization: {q.value!r} ({q.where}) needs the model's config.json with its "
+                         f"quantization_config for the weight format; pass --model a config.json path "
+                         f"(formats fixed by the method: {', '.join(_FORMAT_OF_METHOD)})")
+    return Setting(q.name, None, q.how, f"{q.where} {q.value!r}; {model.quantization} weights, "
+                   f"from {model.name}'s quantization_config")
 
 
 def _kv_cache_dtype(record: EngineRecord, blocks_known: bool, measured_tables: bool) -> Setting:
