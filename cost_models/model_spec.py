@@ -199,7 +199,8 @@ def _from_hf_config(cfg: dict, name: str) -> ModelSpec:
             num_attention_heads=cfg["num_attention_heads"], num_kv_heads=cfg["num_attention_heads"],
             intermediate_size=cfg["ffn_dim"], vocab_size=cfg["vocab_size"],
             max_model_len=cfg.get("max_position_embeddings", 2048), mlp_kind="relu",
-            tie_word_embeddings=cfg.get("tie_word_embeddings", True))
+            tie_word_embeddings=cfg.get("tie_word_embeddings", True),
+            quantization=precision.quantization_from_hf_config(cfg.get("quantization_config")))
     heads = cfg["num_attention_heads"]
     return ModelSpec(
         name=name, num_layers=cfg["num_hidden_layers"], hidden_size=cfg["hidden_size"],
