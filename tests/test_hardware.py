@@ -115,3 +115,11 @@ def test_catalog_agrees_with_the_datasheet_table():
             assert hw.bf16_flops == float(row["bf16_dense_tflops"]) * 1e12, name
         if row["fp8_dense_tflops"]:
             assert hw.fp8_flops == float(row["fp8_dense_tflops"]) * 1e12, name
+
+
+def test_an_inline_spec_names_its_link_or_sits_on_pcie():
+    base = {"memory_gib": 24, "memory_bandwidth_GBps": 1000, "bf16_tflops": 100}
+    assert load_hardware(base).link == "pcie"
+    assert load_hardware({**base, "link": "nvlink", "interconnect_GBps": 900}).link == "nvlink"
+    with pytest.raises(ValueError, match=r"^hardware.link: 'infiniband' is not a link kind \(nvlink, pcie, network\)$"):
+        load_hardware({**base, "link": "infiniband"})
