@@ -16,7 +16,7 @@ from typing import Any, Literal
 from cost_models import user_paths
 from cost_models.hardware import hardware_aliases
 from cost_models.model_spec import ModelSpec, load_model
-from cost_models.precision import KV_CACHE_DTYPES
+from cost_models.precision import DTYPE_BYTES, DTYPES, KV_CACHE_DTYPES
 from simulator.scenario.model import EngineOptions
 from simulator.validate.measured import MeasuredRun
 from simulator.validate.record import EngineRecord, Setting, choose
@@ -25,7 +25,6 @@ from simulator.validate.record import EngineRecord, Setting, choose
 # boundary is our assumption, not checked against release notes: the first release after it.
 _ASYNC_DEFAULT_SINCE = (0, 12)
 DP_ROUTER = "least_loaded"
-_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
 
 @dataclass(frozen=True)
@@ -127,11 +126,13 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
     kv = _kv_cache_dtype(record, blocks.how != "derived", fitted)
     if kv.value != "auto" and not fitted:
         engine["kv_cache_dtype"] = kv.value
+    dtype = _dtype(record, model, fitted)
+    if _other_width(dtype.value, model):
+        engine["dtype"] = dtype.value
     quantization = _quantization(record, model)
     if quantization.value is not None:
         engine["quantization"] = quantization.value
-    return engine, [tp, _replicas_note(dp), block, blocks, util, max_len, _dtype(record, model), kv,
-                    quantization]
+    return engine, [tp, _replicas_note(dp), block, blocks, util, max_len, dtype, kv, quantization]
 
 
 def block_size_setting(measured: MeasuredRun) -> Setting:
@@ -148,17 +149,29 @@ def _replicas_note(dp: Setting) -> Setting:
     return Setting(dp.name, dp.value, dp.how, where)
 
 
-def _dtype(record: EngineRecord, model: ModelSpec) -> Setting:
-    """The recorded dtype must be the byte width the model is sized at (weights and KV)."""
+def _other_width(dtype, model: ModelSpec) -> bool:
+    """Whether a vLLM dtype name is a width other than the model's own (``auto`` is not)."""
+    width = DTYPE_BYTES.get(str(dtype).lower())
+    return width is not None and width != model.dtype_bytes
+
+
+def _dtype(record: EngineRecord, model: ModelSpec, fitted: bool) -> Setting:
+    """The recorded dtype: the width of activations, unquantized weights and an ``auto`` KV cache
+    (engine.dtype). A fitted cost model was measured at the model's own width, so there another
+    width is refused."""
     dtype = choose(record, "dtype", default="auto", why="vLLM's default, the model's own")
-    width = _DTYPE_BYTES.get(str(dtype.value).lower())
+    width = DTYPE_BYTES.get(str(dtype.value).lower())
     if dtype.value != "auto" and width is None:
         raise ValueError(f"dtype: {dtype.value!r} ({dtype.where}) is not modelled; "
-                         f"allowed: auto, {', '.join(_DTYPE_BYTES)}")
-    if width is not None and width != model.dtype_bytes:
-        raise ValueError(f"dtype: the run recorded {dtype.value} ({width}-byte weights and KV) but {model.name} "
-                         f"is sized at {model.dtype_bytes} bytes; pass --model a config.json with torch_dtype "
-                         f"{dtype.value}")
+                         f"allowed: {', '.join(DTYPES)}")
+    if _other_width(dtype.value, model):
+        if fitted:
+            raise ValueError(f"dtype: the run recorded {dtype.value} ({width}-byte weights and KV) but {model.name} "
+                             f"is sized at {model.dtype_bytes} bytes, as the fitted cost model was measured; "
+                             f"pass --model a config.json with torch_dtype {dtype.value}")
+        return Setting(dtype.name, str(dtype.value).lower(), dtype.how,
+                       f"{dtype.where}; simulated at {width} bytes (engine.dtype), {model.name}'s own "
+                       f"is {model.dtype_bytes}")
     where = f"{dtype.where}; {model.name} at {model.dtype_bytes} bytes"
     return Setting(dtype.name, dtype.value, dtype.how, where)
 
