@@ -1,7 +1,7 @@
 """Regenerate every shipped cost model file in cost_models/profiles/ from ../shared/reference
 and from our own harness runs in calibration/data/.
 
-    python -m cost_models.build_profiles [REFERENCE_DIR]
+    python -m cost_models.build_profiles [REFERENCE_DIR [NAME ...]]   (NAME: only these files)
 
 Each file is derived (fitted coefficients or compact tables with provenance and held-out error);
 none is a copy of the published rows.
@@ -31,6 +31,9 @@ def requests(ref: Path) -> list[FitRequest]:
                    step_overhead_s=0.0),
         FitRequest(ref / _LSS / "RTXPRO6000/Qwen/Qwen3-32B/bf16", name="rtx-pro-6000-qwen3-32b",
                    step_overhead_s=0.0),
+        # MoE: expert timings (moe.csv) at tp 1 only, so only tp 1 is written.
+        FitRequest(ref / _LSS / "RTXPRO6000/Qwen/Qwen3-30B-A3B-Instruct-2507/bf16", model="qwen3-30b-a3b",
+                   name="rtx-pro-6000-qwen3-30b-a3b", step_overhead_s=0.0),
     ]
     vidur = {("a100", "meta-llama/Llama-2-7b-hf"): "a100-llama-2-7b",
              ("a100", "meta-llama/Llama-2-70b-hf"): "a100-llama-2-70b",
@@ -91,14 +94,18 @@ def overlapped_cpu_overhead(data: dict) -> dict:
 
 # The profiles whose step_overhead block is replaced by a derived one after the fit.
 STEP_OVERHEAD_BLOCKS = {name: overlapped_cpu_overhead for name in
-                        ("rtx-4090-llama-3.1-8b", "rtx-pro-6000-llama-3.1-8b", "rtx-pro-6000-qwen3-32b")}
+                        ("rtx-4090-llama-3.1-8b", "rtx-pro-6000-llama-3.1-8b", "rtx-pro-6000-qwen3-32b",
+                         "rtx-pro-6000-qwen3-30b-a3b")}
 
 
 def main(argv: list[str]) -> None:
     ref = Path(argv[0]) if argv else DEFAULT_REFERENCE
+    only = set(argv[1:])
     if not ref.is_dir():
         raise SystemExit(f"{ref}: no reference folder")
     for request in requests(ref):
+        if only and request.name not in only:
+            continue
         outcome = run_fit(request)
         data = outcome.data
         data["source"]["files"] = {_relative(p, ref): s for p, s in data["source"]["files"].items()}

@@ -17,15 +17,18 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from cost_models.interconnect import check_link
+
 GiB = 2**30
 _GB_PER_S = 1e9
 _TFLOPS = 1e12
 _BYTES_PER_MEMORY_UNIT = {"memory_gib": GiB, "memory_gb": 10**9}
 _INLINE_REQUIRED = ("memory_bandwidth_GBps", "bf16_tflops")
-_INLINE_OPTIONAL = ("interconnect_GBps", "fp8_tflops", "name")
+_INLINE_OPTIONAL = ("interconnect_GBps", "link", "fp8_tflops", "name")
 # An inline spec without an interconnect figure is taken to sit on PCIe Gen4 x16, the weakest link
 # any listed part has, so a tensor-parallel estimate errs towards slow rather than fast.
 _DEFAULT_INTERCONNECT_GBPS = 64.0
+_DEFAULT_LINK = "pcie"
 CATALOG_CSV = Path(__file__).resolve().parent / "catalog" / "hardware.csv"
 
 
@@ -40,6 +43,7 @@ class HardwareSpec:
     fp8_flops: float | None           # dense peak, FLOP/s; None where the part has no FP8 path
     interconnect_bandwidth_Bps: float  # per GPU, as datasheets quote it (NVLink totals, PCIe x16)
     source: str
+    link: str = _DEFAULT_LINK         # nvlink | pcie | network: the all-reduce's latencies (interconnect.py)
 
 
 @functools.cache
@@ -55,7 +59,7 @@ def _catalog() -> tuple[tuple[HardwareSpec, ...], dict[str, str]]:
             bf16_flops=float(row["bf16_tflops"]) * _TFLOPS,
             fp8_flops=float(row["fp8_tflops"]) * _TFLOPS if row["fp8_tflops"] else None,
             interconnect_bandwidth_Bps=float(row["interconnect_GBps"]) * _GB_PER_S,
-            source=row["source"])
+            source=row["source"], link=check_link(row["link"], f"hardware.csv {row['name']} link"))
         specs.append(spec)
         for alias in [spec.name, *filter(None, row["aliases"].split(";"))]:
             names[_normalise(alias)] = spec.name
@@ -80,7 +84,7 @@ def load_hardware(name_or_spec: str | dict) -> HardwareSpec:
     """A preset name (case-insensitive, aliases accepted) or an inline spec dict.
 
     Inline: ``{memory_gib | memory_gb, memory_bandwidth_GBps, bf16_tflops, interconnect_GBps?,
-    fp8_tflops?, name?}``.
+    link?, fp8_tflops?, name?}`` (link: nvlink, pcie or network; default pcie, as the bandwidth).
     """
     if isinstance(name_or_spec, dict):
         return _from_inline(name_or_spec)
@@ -108,6 +112,8 @@ def _from_inline(spec: dict) -> HardwareSpec:
     if not isinstance(name, str) or not name:
         raise ValueError(f"hardware.name: {name!r} is not a non-empty string")
     fp8 = values.get("fp8_tflops")
+    link = spec.get("link", _DEFAULT_LINK)
+    check_link(link)
     return HardwareSpec(
         name=name,
         memory_bytes=_inline_memory_bytes(spec),
@@ -115,7 +121,7 @@ def _from_inline(spec: dict) -> HardwareSpec:
         bf16_flops=values["bf16_tflops"] * _TFLOPS,
         fp8_flops=fp8 * _TFLOPS if fp8 is not None else None,
         interconnect_bandwidth_Bps=values.get("interconnect_GBps", _DEFAULT_INTERCONNECT_GBPS) * _GB_PER_S,
-        source="inline spec from the scenario file")
+        source="inline spec from the scenario file", link=link)
 
 
 def _inline_memory_bytes(spec: dict) -> int:

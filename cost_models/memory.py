@@ -45,18 +45,22 @@ def weights_bytes_per_rank(model: ModelSpec, tensor_parallel_size: int) -> int:
     """Weights one rank holds: layers, embedding and lm_head split over ranks; norms replicated.
 
     Where there are fewer KV heads than ranks, vLLM replicates them: each rank keeps one KV head,
-    so the K/V projections do not shrink past that point.
+    so the K/V projections do not shrink past that point. The linear weights take the
+    quantization's bytes (cost_models/precision.py); embeddings, norms and routers the dtype's.
+    An MoE router is replicated on every rank (vLLM builds it as a ReplicatedLinear).
     """
     tp = tensor_parallel_size
     check_tensor_parallel_size(model, tp)
     kv_heads_per_rank = max(1, model.num_kv_heads // tp)
     attn = model.hidden_size * (2 * model.q_size // tp + 2 * kv_heads_per_rank * model.head_dim_)
-    per_layer = attn + model.mlp_params_per_layer // tp + 2 * model.hidden_size
-    params = model.num_layers * per_layer + model.embedding_params // tp + model.hidden_size
+    router = model.router_params_per_layer
+    linear = model.num_layers * (attn + (model.mlp_params_per_layer - router) // tp)
     state = model.state_layers
     if state is not None:   # its layers' projections in place of attention's, split over ranks
-        params += state.num_layers * (state.params_per_layer(model.hidden_size) // tp - attn)
-    return params * model.dtype_bytes
+        linear += state.num_layers * (state.params_per_layer(model.hidden_size) // tp - attn)
+    other = model.num_layers * (router + 2 * model.hidden_size) \
+        + model.embedding_params // tp + model.hidden_size
+    return math.ceil(linear * model.weight_dtype_bytes + other * model.dtype_bytes)
 
 
 def activation_peak_bytes(model: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int,

@@ -7,10 +7,11 @@ random-weight decoder of the same shape.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from cost_models import user_paths
+from cost_models import precision, user_paths
 from cost_models.state_layers import StateLayers, gated_deltanet_from_hf
 
 
@@ -33,7 +34,9 @@ class ModelSpec:
     moe_intermediate_size: int = 0
     qk_norm: bool = False
     tie_word_embeddings: bool = False
-    dtype_bytes: int = 2                 # bf16/fp16 weights and KV
+    dtype_bytes: int = 2                 # bf16/fp16 activations, unquantized weights, "auto" KV
+    quantization: str = "none"           # the linear weights' format (cost_models/precision.py)
+    kv_cache_dtype: str = "auto"         # vLLM's --kv-cache-dtype
     # Hybrid models: the layers (of num_layers) whose mixer keeps a fixed state instead of KV.
     state_layers: StateLayers | None = None
 
@@ -87,6 +90,25 @@ class ModelSpec:
         return self.mlp_params_per_layer
 
     @property
+    def router_params_per_layer(self) -> int:
+        """The MoE gate (hidden x experts), kept in the activation dtype by every quantization."""
+        return self.hidden_size * self.num_experts
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """One layer's quantizable weights: attention projections and FFN (every expert), no router."""
+        return self.attn_params_per_layer + self.mlp_params_per_layer - self.router_params_per_layer
+
+    @property
+    def weight_dtype_bytes(self) -> float:
+        """Bytes of one linear weight: the quantization's width, else dtype_bytes."""
+        return precision.weight_bytes_per_param(self.quantization, self.dtype_bytes)
+
+    @property
+    def kv_dtype_bytes(self) -> int:
+        return precision.kv_bytes_per_element(self.kv_cache_dtype, self.dtype_bytes)
+
+    @property
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
 
@@ -97,15 +119,33 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
+        linear = self.num_layers * self.linear_params_per_layer
+        return math.ceil(linear * self.weight_dtype_bytes + (self.num_params - linear) * self.dtype_bytes)
 
     def kv_bytes_per_token(self, tensor_parallel_size: int = 1) -> int:
         """K and V of every layer for one token on one TP rank (KV heads are split across ranks)."""
         kv_heads_per_rank = max(1, self.num_kv_heads // tensor_parallel_size)
-        return 2 * self.num_attention_layers * kv_heads_per_rank * self.head_dim_ * self.dtype_bytes
+        return 2 * self.num_attention_layers * kv_heads_per_rank * self.head_dim_ * self.kv_dtype_bytes
 
     def with_max_model_len(self, max_model_len: int) -> "ModelSpec":
         return replace(self, max_model_len=max_model_len)
+
+    def with_precision(self, dtype: str = "auto", quantization: str | None = None,
+                       kv_cache_dtype: str = "auto") -> "ModelSpec":
+        """The engine's ``dtype``, ``quantization`` and ``kv_cache_dtype`` applied (vLLM's flags).
+
+        ``quantization`` None keeps the config's; one that differs from the config's is refused,
+        as vLLM refuses it.
+        """
+        width = precision.DTYPE_BYTES[precision.check_choice("engine.dtype", dtype, precision.DTYPES)]
+        if quantization is not None:
+            precision.check_choice("engine.quantization", quantization, precision.QUANTIZATIONS)
+            if self.quantization != "none" and quantization != self.quantization:
+                raise ValueError(f"engine.quantization: {quantization!r} differs from the "
+                                 f"{self.quantization!r} of {self.name}'s quantization_config")
+        precision.check_choice("engine.kv_cache_dtype", kv_cache_dtype, precision.KV_CACHE_DTYPES)
+        return replace(self, dtype_bytes=width or self.dtype_bytes,
+                       quantization=quantization or self.quantization, kv_cache_dtype=kv_cache_dtype)
 
 
 # Published architectures (the models' own config.json files on their hubs).
@@ -129,6 +169,9 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
     ModelSpec("qwen3-30b-a3b", num_layers=48, hidden_size=2048, num_attention_heads=32, num_kv_heads=4,
               head_dim=128, intermediate_size=6144, vocab_size=151936, max_model_len=262144,
               num_experts=128, num_experts_per_tok=8, moe_intermediate_size=768, qk_norm=True),
+    ModelSpec("mixtral-8x7b", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+              intermediate_size=14336, vocab_size=32000, max_model_len=32768,
+              num_experts=8, num_experts_per_tok=2, moe_intermediate_size=14336),
     ModelSpec("opt-13b", num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
               intermediate_size=20480, vocab_size=50272, max_model_len=2048, mlp_kind="relu",
               tie_word_embeddings=True),
@@ -156,7 +199,8 @@ HF_NAMES = {
     "llama-3.1-8b-instruct": "llama-3.1-8b", "meta-llama-3.1-8b": "llama-3.1-8b",
     "meta-llama-3.1-8b-instruct": "llama-3.1-8b", "llama-3.1-70b-instruct": "llama-3.1-70b",
     "meta-llama-3.1-70b-instruct": "llama-3.1-70b", "llama-2-7b-hf": "llama-2-7b",
-    "llama-2-7b-chat-hf": "llama-2-7b", "llama-2-13b-hf": "llama-2-13b", "llama-2-70b-hf": "llama-2-70b",
+    "llama-2-7b-chat-hf": "llama-2-7b", "mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "mixtral-8x7b-instruct-v0.1": "mixtral-8x7b", "llama-2-13b-hf": "llama-2-13b", "llama-2-70b-hf": "llama-2-70b",
     "qwen3-next-80b-a3b-instruct": "qwen3-next-80b-a3b", "qwen3-next-80b-a3b-thinking": "qwen3-next-80b-a3b",
 }
 
@@ -180,7 +224,8 @@ def _from_hf_config(cfg: dict, name: str) -> ModelSpec:
             num_attention_heads=cfg["num_attention_heads"], num_kv_heads=cfg["num_attention_heads"],
             intermediate_size=cfg["ffn_dim"], vocab_size=cfg["vocab_size"],
             max_model_len=cfg.get("max_position_embeddings", 2048), mlp_kind="relu",
-            tie_word_embeddings=cfg.get("tie_word_embeddings", True))
+            tie_word_embeddings=cfg.get("tie_word_embeddings", True),
+            quantization=precision.quantization_from_hf_config(cfg.get("quantization_config")))
     heads = cfg["num_attention_heads"]
     return ModelSpec(
         name=name, num_layers=cfg["num_hidden_layers"], hidden_size=cfg["hidden_size"],
@@ -193,7 +238,8 @@ def _from_hf_config(cfg: dict, name: str) -> ModelSpec:
         qk_norm=model_type.startswith("qwen3"),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         dtype_bytes=4 if cfg.get("torch_dtype") == "float32" else 2,
-        state_layers=gated_deltanet_from_hf(cfg) if model_type == "qwen3_next" else None)
+        state_layers=gated_deltanet_from_hf(cfg) if model_type == "qwen3_next" else None,
+        quantization=precision.quantization_from_hf_config(cfg.get("quantization_config")))
 
 
 class UnknownModelError(ValueError):

@@ -1,6 +1,6 @@
 """Table-driven step cost from kernel profiles: operator tables in tokens, attention by step composition.
 
-    step = num_layers x (layer ops(tokens) + attention(step) + 2 x all-reduce(tokens x hidden))
+    step = num_layers x (layer ops(tokens) + experts(tokens) + attention(step) + 2 x all-reduce(tokens x hidden))
          + whole-model ops(tokens) + lm_head and sampler(sampled rows) + step_overhead_s
 
 Kernel profiles contain no CPU work and no gaps between kernels, so ``step_overhead_s`` is the
@@ -92,8 +92,9 @@ class TableCostModel:
     sequence: Table1D | None        # lm_head + sampler against sampled rows (None: roofline)
     attention: object               # AttentionGrid (per layer) or RooflineAttention (all layers)
     step_overhead_s: float
-    allreduce: Table1D | None = None  # one all-reduce against bytes
+    allreduce: object = None        # one all-reduce against bytes: a measured Table1D or RingAllReduce
     allreduce_bytes_per_token: float = 0.0
+    moe: object = None              # one MoE layer's experts against tokens (moe.ExpertTable)
     fitted_range: FittedRange | None = None
     name: str = "profiled"
     _warned: list = field(init=False, repr=False, compare=False)
@@ -169,6 +170,8 @@ class TableCostModel:
         per_layer = self.layer(tokens)
         if self.allreduce is not None:
             per_layer += 2 * self.allreduce(tokens * self.allreduce_bytes_per_token)
+        if self.moe is not None:
+            per_layer += self.moe.time_s(tokens)
         whole_s = self.whole_model(tokens) if self.whole_model is not None else 0.0
         sampling_s = 0.0
         if num_sampled:

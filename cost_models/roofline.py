@@ -4,7 +4,8 @@ Each group (the linear layers, attention over decodes, attention over prefill ch
 takes max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) on one tensor-parallel rank, and
 the groups run one after another, so their times add. One roofline per group is more honest than one
 global max: a mixed step's decode attention is bandwidth-bound while its GEMMs may be compute-bound.
-Tensor parallelism adds two all-reduces per layer (after attention and after the MLP).
+Tensor parallelism adds two all-reduces per layer (after attention and after the MLP), each a ring
+all-reduce over the GPU's link (cost_models/interconnect.py).
 
 ``step_time_s`` reads the batch's work counts and does scalar arithmetic on constants precomputed
 in ``__post_init__``.
@@ -18,8 +19,11 @@ import numpy as np
 
 from cost_models.batch_shape import BatchShape
 from cost_models.hardware import HardwareSpec
+from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
+from cost_models.moe import expected_distinct_experts
+from cost_models.precision import linear_peak_flops
 
 # Full-width hidden-state traffic per token per layer, in hidden_size elements, replicated on every
 # rank: two RMSNorms (read + write: 4), two residual adds (two reads + one write: 6), the inputs of
@@ -43,9 +47,9 @@ class RooflineCostModel:
     # spends ~3.9 ms beyond reading the weights at measured bandwidth in a plain-PyTorch harness
     # with ~20 kernels per layer; an engine with fused kernels sits nearer 2 ms.
     step_overhead_s: float = 2e-3
-    # Fixed cost of one small all-reduce (NCCL or vLLM's custom all-reduce over NVLink), on the
-    # order of 10 us; paid 2 x num_layers times per step at tensor_parallel_size > 1.
-    allreduce_latency_s: float = 1e-5
+    # Fixed cost of one all-reduce, paid 2 x num_layers times per step at tensor_parallel_size > 1;
+    # None: NCCL's latencies for the GPU's link (base plus 2(N-1) hops, cost_models/interconnect.py).
+    allreduce_latency_s: float | None = None
     _k: "_PerRank" = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -56,6 +60,8 @@ class RooflineCostModel:
                 raise ValueError(f"cost_model.{name}: {value!r} must be a number in (0, 1]")
         for name in ("step_overhead_s", "allreduce_latency_s"):
             value = getattr(self, name)
+            if value is None and name == "allreduce_latency_s":
+                continue
             if not _is_number(value) or value < 0:
                 raise ValueError(f"cost_model.{name}: {value!r} is not a non-negative number of seconds")
         object.__setattr__(self, "_k", _per_rank(self))
@@ -104,10 +110,12 @@ class RooflineCostModel:
         k = self._k
         weight_s = k.dense_weight_s
         if k.expert_s:
-            weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
+            weight_s += k.expert_s * expected_distinct_experts(tokens, k.num_experts, k.top_k)
         linear_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
         sampling_s = k.sampling_s(num_sampled) if num_sampled else 0.0
-        allreduce_s = (k.allreduces * (k.allreduce_s_per_token * tokens + self.allreduce_latency_s)
+        allreduce_s = (k.allreduces * ring_allreduce_s(k.allreduce_bytes_per_token * tokens,
+                                                       self.tensor_parallel_size, self.hardware,
+                                                       self.allreduce_latency_s)
                        if k.allreduces else 0.0)
         return linear_s, sampling_s, allreduce_s
 
@@ -121,7 +129,8 @@ class _PerRank:
     """Every shape-independent factor of step_time_s on one rank, as seconds per unit of work.
 
     Compute terms are FLOPs / (peak x compute_efficiency), memory terms bytes / (bandwidth x
-    bandwidth_efficiency); see _per_rank for the FLOP and byte counts.
+    bandwidth_efficiency); see _per_rank for the FLOP and byte counts. The linear layers take the
+    quantization's weight bytes and peak (cost_models/precision.py), the KV cache its dtype's bytes.
     """
     linear_s_per_token: float      # GEMM FLOPs of one token through every layer
     dense_weight_s: float          # reading the non-expert weights once per step
@@ -136,7 +145,7 @@ class _PerRank:
     lm_head_weight_s: float
     logit_s_per_row: float         # writing one row of fp32 logits
     allreduces: int                # per step; 0 at tensor_parallel_size 1
-    allreduce_s_per_token: float   # ring all-reduce bytes of one token's hidden state / link speed
+    allreduce_bytes_per_token: int  # one token's hidden state, all-reduced after attention and MLP
     scan_s_per_token: float = 0.0  # state layers' recurrent update of one token (hybrid models)
     state_rw_s_per_seq: float = 0.0   # reading and writing one sequence's states (hybrid models)
 
@@ -158,22 +167,24 @@ class _PerRank:
 
 
 def _per_rank(m: RooflineCostModel) -> _PerRank:
-    spec, tp, b = m.model, m.tensor_parallel_size, m.model.dtype_bytes
+    spec, tp, b, wb = m.model, m.tensor_parallel_size, m.model.dtype_bytes, m.model.weight_dtype_bytes
     flops = m.hardware.bf16_flops * m.compute_efficiency
+    linear_flops = linear_peak_flops(m.hardware, spec.quantization) * m.compute_efficiency
     bandwidth = m.hardware.memory_bandwidth_Bps * m.bandwidth_efficiency
     layers, hidden, vocab = spec.num_layers, spec.hidden_size, spec.vocab_size
     mats = 3 if spec.mlp_kind == "swiglu" else 2
     router = hidden * spec.num_experts
     expert = mats * hidden * spec.moe_intermediate_size
     # Whole-model parameter counts (exact integers): attention's or the state layers' projections
-    # in every layer, then each layer's MLP.
-    dense = spec.mixer_params + layers * (router if spec.is_moe else spec.mlp_params_per_layer)
+    # in every layer, then each layer's MLP. The linear weights take the quantization's bytes, an
+    # MoE router the activation dtype's (experts are counted apart).
+    dense_linear = spec.mixer_params + layers * (0 if spec.is_moe else spec.mlp_params_per_layer)
     active = spec.mixer_params + layers * (spec.active_mlp_params_per_layer + router)
     attention_layers, state = spec.num_attention_layers, spec.state_layers
     return _PerRank(
-        linear_s_per_token=2 * active / tp / flops,
-        dense_weight_s=dense * b / tp / bandwidth,
-        expert_s=layers * expert * b / tp / bandwidth if spec.is_moe else 0.0,
+        linear_s_per_token=2 * active / tp / linear_flops,
+        dense_weight_s=(dense_linear * wb + (layers * router * b if spec.is_moe else 0)) / tp / bandwidth,
+        expert_s=layers * expert * wb / tp / bandwidth if spec.is_moe else 0.0,
         num_experts=spec.num_experts,
         top_k=spec.num_experts_per_tok,
         activation_s_per_token=_activation_s_per_token(spec, tp, b, bandwidth),
@@ -183,8 +194,8 @@ def _per_rank(m: RooflineCostModel) -> _PerRank:
         lm_head_s_per_row=2 * hidden * vocab / tp / flops,
         lm_head_weight_s=hidden * vocab * b / tp / bandwidth,
         logit_s_per_row=vocab * LOGIT_BYTES / tp / bandwidth,
-        allreduces=2 * layers if tp > 1 else 0,
-        allreduce_s_per_token=2 * (tp - 1) / tp * hidden * b / m.hardware.interconnect_bandwidth_Bps,
+        allreduces=allreduces_per_step(layers, tp),
+        allreduce_bytes_per_token=hidden * b,
         scan_s_per_token=state.num_layers * state.scan_flops_per_token(tp) / flops if state else 0.0,
         state_rw_s_per_seq=2 * state.num_layers * state.state_bytes(tp) / bandwidth if state else 0.0)
 

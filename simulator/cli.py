@@ -100,10 +100,11 @@ def models() -> None:
 def hardware() -> None:
     """List the hardware presets (datasheet figures)."""
     from cost_models.hardware import list_hardware
-    click.echo(f"{'name':<16}{'memory GiB':>11}{'HBM GB/s':>10}{'BF16 TFLOP/s':>14}  source")
+    click.echo(f"{'name':<16}{'memory GiB':>11}{'HBM GB/s':>10}{'BF16 TFLOP/s':>14}{'link GB/s':>16}  source")
     for h in list_hardware():
+        link = f"{h.link} {h.interconnect_bandwidth_Bps / 1e9:.0f}"
         click.echo(f"{h.name:<16}{h.memory_bytes / 2**30:>11.0f}{h.memory_bandwidth_Bps / 1e9:>10.0f}"
-                   f"{h.bf16_flops / 1e12:>14.0f}  {h.source[:60]}")
+                   f"{h.bf16_flops / 1e12:>14.0f}{link:>16}  {h.source[:60]}")
 
 
 @main.command()

@@ -172,7 +172,9 @@ def select_schedulers(scenario: Scenario, labels: Sequence[str] = ()) -> list:
 
 
 def _model(scenario: Scenario) -> ModelSpec:
-    model = load_model(scenario.model)
+    engine = scenario.engine
+    model = load_model(scenario.model).with_precision(engine.dtype, engine.quantization,
+                                                      engine.kv_cache_dtype)
     wanted = scenario.engine.max_model_len
     if wanted is None:
         return model

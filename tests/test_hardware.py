@@ -32,7 +32,7 @@ def test_h100_figures_are_the_datasheet_ones():
     hw = load_hardware("h100-sxm")
     assert hw == HardwareSpec(name="h100-sxm", memory_bytes=80 * GiB, memory_bandwidth_Bps=3350e9,
                               bf16_flops=989e12, fp8_flops=1979e12,
-                              interconnect_bandwidth_Bps=900e9, source=hw.source)
+                              interconnect_bandwidth_Bps=900e9, source=hw.source, link="nvlink")
 
 
 def test_interconnect_figures_per_family():
@@ -40,6 +40,9 @@ def test_interconnect_figures_per_family():
                      "mi300x": 896, "l40s": 64, "l4": 64, "rtx-4090": 64, "rtx-pro-6000": 128}
     for name, gbps in expected_GBps.items():
         assert load_hardware(name).interconnect_bandwidth_Bps == gbps * 1e9, name
+    # NVLink (or Infinity Fabric) on the SXM/OAM parts; PCIe where the part has no GPU link.
+    links = {n: "nvlink" if gbps > 128 else "pcie" for n, gbps in expected_GBps.items()}
+    assert {n: load_hardware(n).link for n in links} == links and load_hardware("gb10").link == "network"
 
 
 def test_ampere_has_no_fp8():
@@ -112,3 +115,11 @@ def test_catalog_agrees_with_the_datasheet_table():
             assert hw.bf16_flops == float(row["bf16_dense_tflops"]) * 1e12, name
         if row["fp8_dense_tflops"]:
             assert hw.fp8_flops == float(row["fp8_dense_tflops"]) * 1e12, name
+
+
+def test_an_inline_spec_names_its_link_or_sits_on_pcie():
+    base = {"memory_gib": 24, "memory_bandwidth_GBps": 1000, "bf16_tflops": 100}
+    assert load_hardware(base).link == "pcie"
+    assert load_hardware({**base, "link": "nvlink", "interconnect_GBps": 900}).link == "nvlink"
+    with pytest.raises(ValueError, match=r"^hardware.link: 'infiniband' is not a link kind \(nvlink, pcie, network\)$"):
+        load_hardware({**base, "link": "infiniband"})

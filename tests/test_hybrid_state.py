@@ -199,15 +199,15 @@ def test_roofline_prices_each_sequences_state_read_and_write_and_its_run_method_
 
 def test_shipped_scenario_runs_at_the_state_cap_of_its_memory():
     # scenarios/hybrid_state_pool.yaml: the memory's blocks (rule H3) over 4 blocks a request
-    # (rule H7): floor((6,967 - 1) / 4) = 1,741 running, below its 2,048 seats.
+    # (rule H7): floor((6,960 - 1) / 4) = 1,739 running, below its 2,048 seats.
     from simulator.scenario import load_scenario
     prepared = prepare(load_scenario("scenarios/hybrid_state_pool.yaml"))
     run = prepared.runs[0]
     blocks = num_gpu_blocks(QWEN3_NEXT, load_hardware("h200"), 2, 0.92, 16, 8192, 2048)
-    assert run.num_gpu_blocks == blocks == 6967
+    assert run.num_gpu_blocks == blocks == 6960
     steps = simulate(prepared, run).steps.to_columns()
-    assert steps["num_running"].max() == (blocks - 1) // 4 == 1741 < run.options.max_num_seqs
-    assert steps["num_waiting"][steps["num_running"] == 1741].max() > 0
+    assert steps["num_running"].max() == (blocks - 1) // 4 == 1739 < run.options.max_num_seqs
+    assert steps["num_waiting"][steps["num_running"] == 1739].max() > 0
 
 
 def test_profiled_cost_model_refuses_a_hybrid_model():

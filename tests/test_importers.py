@@ -80,3 +80,17 @@ def test_llmservingsim_folder_reads_both_tp_degrees_and_counts_layernorm_twice()
     assert tp1.notes["decode_skew"]["alpha_by_tp"] == {"1": 0.0543, "2": 0.0654}
     rtx4090 = REFERENCE / "llmservingsim/profiles/RTX4090/meta-llama/Llama-3.1-8B/bf16"
     assert "decode_skew" not in read_llmservingsim(rtx4090)[0].notes
+
+
+def test_llmservingsim_moe_folder_reads_its_expert_table_and_fit_keeps_it():
+    from cost_models.fit.run import FitRequest, run_fit
+    folder = REFERENCE / "llmservingsim/profiles/RTXPRO6000/Qwen/Qwen3-30B-A3B-Instruct-2507/bf16"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} absent: the LLMServingSim reference profiles are not on this machine")
+    tp1, tp2 = read_llmservingsim(folder)
+    tokens, activated, seconds = tp1.moe
+    assert len(tokens) == 50 and (tokens[0], activated[0], seconds[0]) == (1, 8, pytest.approx(50.2297e-6))
+    assert tp2.moe is None                      # moe.csv at tp 1 only
+    outcome = run_fit(FitRequest(folder, model="qwen3-30b-a3b", step_overhead_s=0.0))
+    assert list(outcome.data["tensor_parallel"]) == ["1"] and "tp 2: left out, no moe.csv" in outcome.report
+    assert outcome.data["tensor_parallel"]["1"]["moe"]["top_k"] == 8

@@ -140,14 +140,23 @@ def test_what_the_run_did_not_record_is_derived_and_said_so(tmp_path):
     assert report["scenario"]["engine"]["num_replicas"] == 2   # engine_kwargs' data_parallel_size
 
 
-def test_a_dtype_other_than_the_models_is_refused_in_one_line(tmp_path):
+def test_a_dtype_other_than_the_models_is_simulated_at_its_width(tmp_path):
     meta = _meta()
     meta["resolved_config"]["model_config"]["dtype"] = "torch.float32"
-    result = CliRunner().invoke(main, ["validate", str(_run_folder(tmp_path, meta)), "--cost-model", "roofline",
-                                       "-o", str(tmp_path / "out")])
+    report, _ = _validate(tmp_path / "out", str(_run_folder(tmp_path, meta)))
+    assert report["scenario"]["engine"]["dtype"] == "float32"
+    assert ("  dtype float32: recorded (meta.json resolved_config.model_config.dtype; simulated at 4 bytes "
+            "(engine.dtype), qwen3-30b-a3b's own is 2)") in report["notes"]
+
+
+def test_a_dtype_other_than_a_fitted_models_is_refused_in_one_line(tmp_path):
+    meta = _meta()
+    meta["resolved_config"]["model_config"]["dtype"] = "torch.float32"
+    result = CliRunner().invoke(main, ["validate", str(_run_folder(tmp_path, meta)), "--cost-model",
+                                       "rtx-pro-6000-qwen3-30b-a3b", "-o", str(tmp_path / "out")])
     assert result.exit_code == 2 and result.output == (
-        "error: dtype: the run recorded float32 (4-byte weights and KV) but qwen3-30b-a3b is sized at 2 bytes; "
-        "pass --model a config.json with torch_dtype float32\n")
+        "error: dtype: the run recorded float32 (4-byte weights and KV) but qwen3-30b-a3b is sized at 2 bytes, "
+        "as the fitted cost model was measured; pass --model a config.json with torch_dtype float32\n")
 
 
 def test_huggingface_names_map_to_presets_and_a_local_folder_loads_its_config(tmp_path, monkeypatch):
@@ -224,3 +233,21 @@ def test_an_llmservingsim_run_without_its_workload_has_no_token_ids_and_says_so(
     run = load_llmservingsim_run(_run_folder(tmp_path, _meta()))
     assert run.prompt_token_ids is None and run.prompts_note.startswith("no dataset_path in meta.json")
     assert run.workload_index.tolist() == [0, 1, 2, 3]
+
+
+def test_a_recorded_fp8_quantization_reaches_the_scenario(tmp_path):
+    meta = _meta()
+    meta["resolved_config"]["model_config"]["quantization"] = "fp8"
+    meta["resolved_config"]["cache_config"]["cache_dtype"] = "fp8"
+    report, _ = _validate(tmp_path / "out", str(_run_folder(tmp_path, meta)))
+    engine = report["scenario"]["engine"]
+    assert (engine["quantization"], engine["kv_cache_dtype"]) == ("fp8", "fp8")
+    assert "  quantization fp8: recorded (meta.json resolved_config.model_config.quantization 'fp8')" in report["notes"]
+
+
+def test_a_recorded_method_without_a_format_asks_for_the_config(tmp_path):
+    meta = _meta()
+    meta["resolved_config"]["model_config"]["quantization"] = "awq"
+    result = CliRunner().invoke(main, ["validate", str(_run_folder(tmp_path, meta)), "--cost-model", "roofline",
+                                       "--no-plots", "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0 and "quantization: 'awq'" in result.output and "config.json" in result.output

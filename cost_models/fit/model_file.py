@@ -87,8 +87,17 @@ def _section(tables: OperatorTables, fit: TableFit, bytes_per_token: int, roofli
             "sequence": table(fit.sequence, "sequences"), "attention": attention,
             "allreduce": table(fit.allreduce, "bytes"),
             "allreduce_bytes_per_token": bytes_per_token if fit.allreduce is not None else 0,
+            "moe": _moe_json(fit.moe),
             "fitted_range": _tables_range(tables).to_json(),
             "holdout_errors": fit.holdout_errors, "roofline_vs_profile": roofline_errors}
+
+
+def _moe_json(moe) -> dict | None:
+    if moe is None:
+        return None
+    entry = moe.to_json()
+    entry["seconds"] = sig4(entry["seconds"])
+    return entry
 
 
 def _tables_range(tables: OperatorTables) -> FittedRange:

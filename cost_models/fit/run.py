@@ -79,8 +79,15 @@ def _tables(request: FitRequest, tables_list) -> FitOutcome:
     spec = load_model(model_name)
     hardware = request.hardware or first.hardware
     name = request.name or f"{hardware}-{model_name}"
-    fits = [(t, fit_tables(t, request.holdout_every)) for t in tables_list]
+    routing = (spec.num_experts, spec.num_experts_per_tok) if spec.is_moe else None
     lines = [f"{name}: tables from {first.source.description.rsplit(', tp', 1)[0]}"]
+    if routing:   # an MoE degree without expert timings would price its experts at nothing
+        untimed = [t.tensor_parallel_size for t in tables_list if t.moe is None]
+        tables_list = [t for t in tables_list if t.moe is not None]
+        if not tables_list:
+            raise ValueError(f"{spec.name} is an MoE model but the profile has no moe.csv at any tp")
+        lines += [f"tp {tp}: left out, no moe.csv (expert timings) at this degree" for tp in untimed]
+    fits = [(t, fit_tables(t, request.holdout_every, routing)) for t in tables_list]
     for t, f in fits:
         lines.append(f"tp {t.tensor_parallel_size}: held-out error (every {request.holdout_every}th grid point)")
         for component, e in f.holdout_errors.items():

@@ -15,6 +15,7 @@ from cost_models.fit.report import errors, holdout_mask
 from cost_models.importers.forms import OperatorTables
 from cost_models.parametric import step_counts
 from cost_models.attention_grid import AttentionGrid, GridTable
+from cost_models.moe import ExpertTable
 from cost_models.profiled import Table1D
 
 _EXPONENTS = np.linspace(1.0, 4.0, 61)
@@ -27,11 +28,14 @@ class TableFit:
     sequence: Table1D | None
     attention: AttentionGrid | None
     allreduce: Table1D | None
+    moe: ExpertTable | None
     holdout_errors: dict   # component -> errors(); attention also per family
     attention_holdout: tuple | None = None  # (predicted_s, measured_s, families) of the held-out rows
 
 
-def fit_tables(tables: OperatorTables, holdout_every: int = 5) -> TableFit:
+def fit_tables(tables: OperatorTables, holdout_every: int = 5,
+               routing: tuple[int, int] | None = None) -> TableFit:
+    """``routing``: (num_experts, top_k) of an MoE model, which its moe.csv is read with."""
     report = {}
     layer, report["dense_layer"] = _summed_table(tables.layer_ops, holdout_every)
     whole_model, sequence = None, None
@@ -45,7 +49,27 @@ def fit_tables(tables: OperatorTables, holdout_every: int = 5) -> TableFit:
     allreduce = None
     if tables.allreduce is not None:
         allreduce, report["allreduce"] = _single_table(*tables.allreduce, holdout_every)
-    return TableFit(layer, whole_model, sequence, attention, allreduce, report, points)
+    moe = None
+    if tables.moe is not None:
+        moe, report["moe_experts"] = _expert_table(*tables.moe, routing, holdout_every)
+    return TableFit(layer, whole_model, sequence, attention, allreduce, moe, report, points)
+
+
+def _expert_table(tokens, activated, time_s, routing, holdout_every: int) -> tuple[ExpertTable, dict]:
+    """The expert table from moe.csv with every ``holdout_every``-th point held out, as long as its
+    token row keeps two points (a row is a line in the activated experts) and it is not in the
+    first or last row (they bound the table)."""
+    if routing is None:
+        raise ValueError("moe.csv: the profile times MoE experts but the model has none (num_experts 0)")
+    held = holdout_mask(len(time_s), holdout_every)
+    held[np.isin(tokens, [tokens.min(), tokens.max()])] = False
+    for t in np.unique(tokens):
+        row = np.nonzero(tokens == t)[0]
+        if (~held[row]).sum() < 2:
+            held[row] = False
+    train = ExpertTable(tokens[~held], activated[~held], time_s[~held], *routing)
+    predicted = np.array([train.time_at(t, a) for t, a in zip(tokens[held], activated[held])])
+    return train, errors(predicted, time_s[held])
 
 
 def _summed_table(ops: dict, holdout_every: int) -> tuple[Table1D, dict]:

@@ -55,7 +55,9 @@ class OperatorTables:
     sequence_ops: per sampling sequence (lm_head, sampler) against the number of sampled rows;
     attention: (prefill_chunk, kv_prefill, n_decode, kv_decode, time_s) of ONE layer, or None where
     the source has none (Vidur here) and the roofline fills in;
-    allreduce: (bytes, time_s) of one all-reduce among tensor_parallel_size ranks, or None.
+    allreduce: (bytes, time_s) of one all-reduce among tensor_parallel_size ranks, or None;
+    moe: (tokens, activated_experts, time_s) of ONE MoE layer's experts, or None (dense models, or
+    a source without expert timings).
     """
     source: Source
     model: str
@@ -66,6 +68,7 @@ class OperatorTables:
     sequence_ops: dict[str, tuple[np.ndarray, np.ndarray]]
     attention: tuple[np.ndarray, ...] | None = None
     allreduce: tuple[np.ndarray, np.ndarray] | None = None
+    moe: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
     notes: dict = field(default_factory=dict)
 
 

@@ -2,7 +2,8 @@
 
 A profile folder ``profiles/<GPU>/<org>/<model>/<variant>/`` holds ``meta.yaml`` and one ``tpN/``
 folder per tensor-parallel degree with ``dense.csv`` (layer,tokens,time_us), ``per_sequence.csv``
-(layer,sequences,time_us) and ``attention.csv`` (prefill_chunk,kv_prefill,n_decode,kv_decode,time_us).
+(layer,sequences,time_us) and ``attention.csv`` (prefill_chunk,kv_prefill,n_decode,kv_decode,time_us);
+an MoE model's folder may add ``moe.csv`` (tokens,activated_experts,time_us: one layer's experts).
 See ../shared/reference/llmservingsim/README.md.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ MODEL_OPS = ("embedding", "final_layernorm")  # once per step; every other dense
 # vLLM's decoder layer runs its RMSNorm twice (input and post-attention); the profile names one
 # "layernorm" row, so it counts twice per layer.
 LAYER_OP_REPEATS = {"layernorm": 2}
+MOE_COLUMNS = ("tokens", "activated_experts", "time_us")
 ATTENTION_COLUMNS = ("prefill_chunk", "kv_prefill", "n_decode", "kv_decode", "time_us")
 HARDWARE_NAMES = {"RTXPRO6000": "rtx-pro-6000", "RTX4090": "rtx-4090"}
 
@@ -42,15 +44,17 @@ def read_llmservingsim(profile_dir: Path) -> list[OperatorTables]:
 def _read_tp(tp_dir: Path, meta_path: Path, meta: dict, model: str, hardware: str) -> OperatorTables:
     tp = int(tp_dir.name[2:])
     dense_path, seq_path, attn_path = tp_dir / "dense.csv", tp_dir / "per_sequence.csv", tp_dir / "attention.csv"
+    moe_path = tp_dir / "moe.csv"
     dense = _op_tables(dense_path, "tokens")
     layer_ops = {op: (x, y * LAYER_OP_REPEATS.get(op, 1)) for op, (x, y) in dense.items() if op not in MODEL_OPS}
     model_ops = {op: dense[op] for op in MODEL_OPS if op in dense}
-    paths = [meta_path, dense_path, seq_path] + ([attn_path] if attn_path.is_file() else [])
+    paths = [meta_path, dense_path, seq_path] + [p for p in (attn_path, moe_path) if p.is_file()]
     source = Source(f"LLMServingSim profile {meta.get('model')} on {meta.get('gpu')}, vLLM "
                     f"{meta.get('vllm_version')}, CUDA {meta.get('cuda_version')}, tp {tp} (kernel times, eager)",
                     {str(p): sha256_of(p) for p in paths})
     return OperatorTables(source, model, hardware, tp, layer_ops, model_ops, _op_tables(seq_path, "sequences"),
                           attention=_attention(attn_path) if attn_path.is_file() else None,
+                          moe=_moe(moe_path) if moe_path.is_file() else None,
                           notes={"layer_op_repeats": LAYER_OP_REPEATS, **_decode_skew(meta)})
 
 
@@ -84,6 +88,13 @@ def _op_tables(path: Path, x_column: str) -> dict[str, tuple[np.ndarray, np.ndar
         pts.sort()
         out[op] = (np.array([p[0] for p in pts]), np.array([p[1] for p in pts]))
     return out
+
+
+def _moe(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rows = read_csv_columns(path, MOE_COLUMNS)
+    values = np.array([[number(path, i, c, row[c], allow_zero=False) for c in MOE_COLUMNS]
+                       for i, row in enumerate(rows)])
+    return values[:, 0], values[:, 1], values[:, 2] / 1e6
 
 
 def _attention(path: Path) -> tuple[np.ndarray, ...]:

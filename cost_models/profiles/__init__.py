@@ -91,13 +91,46 @@ def _tables(data: dict, tp: int, step_overhead_s: float | None) -> TableCostMode
     if attention["kind"] == "grid":
         from cost_models.attention_grid import AttentionGrid   # here: a roofline profile needs none
         grid = AttentionGrid.from_json(attention, _decode_skew(data, tp))
+    allreduce, bytes_per_token = _allreduce(data, section, tp, table("allreduce", "bytes"))
+    moe = _expert_table(data, section, tp)
     return TableCostModel(
         num_layers=int(data["num_layers"]), layer=table("layer", "tokens"), whole_model=table("whole_model", "tokens"),
         sequence=table("sequence", "sequences"),
         attention=grid or roofline,
-        step_overhead_s=float(overhead), allreduce=table("allreduce", "bytes"),
-        allreduce_bytes_per_token=float(section.get("allreduce_bytes_per_token", 0.0)),
+        step_overhead_s=float(overhead), allreduce=allreduce, allreduce_bytes_per_token=bytes_per_token, moe=moe,
         fitted_range=FittedRange.from_json(section["fitted_range"]), name=data["name"])
+
+
+def _allreduce(data: dict, section: dict, tp: int, measured):
+    """One all-reduce against bytes, and the bytes per token: the profile's measured table where it
+    has one (Vidur's network/ files), else at tp > 1 the ring formula over the profiled GPU's link.
+
+    LLMServingSim's tp2 tables hold no communication: they were measured on one GPU with the
+    shard's shapes (meta.yaml: tensor_parallel_size 1, hf_overrides halving heads and MLP width).
+    """
+    if measured is not None or tp == 1:
+        return measured, float(section.get("allreduce_bytes_per_token", 0.0))
+    from cost_models.interconnect import RingAllReduce
+    spec = load_model(data["model"])
+    return RingAllReduce(tp, load_hardware(data["hardware"])), float(spec.hidden_size * spec.dtype_bytes)
+
+
+def _expert_table(data: dict, section: dict, tp: int):
+    """An MoE model's measured expert layer (moe.csv), read at the expected distinct experts; a
+    section of an MoE model without one is refused, since its experts would cost nothing."""
+    if section.get("moe"):
+        from cost_models.moe import ExpertTable
+        return ExpertTable.from_json(section["moe"])
+    model = data.get("model")
+    try:
+        is_moe = bool(model) and load_model(model).is_moe
+    except ValueError:
+        is_moe = False
+    if is_moe:
+        timed = ", ".join(t for t, s in data["tensor_parallel"].items() if s.get("moe")) or "none"
+        raise ValueError(f"engine.tensor_parallel_size: cost model {data['name']!r} has no expert timings "
+                         f"at tp {tp} (timed at tp: {timed}); its MoE layers would cost nothing")
+    return None
 
 
 def _decode_skew(data: dict, tp: int) -> float:
@@ -105,6 +138,18 @@ def _decode_skew(data: dict, tp: int) -> float:
     from the profile's own measurements; 0 where the profile has none."""
     skew = data.get("importer_notes", {}).get("decode_skew") or {}
     return float(skew.get("alpha_by_tp", {}).get(str(tp), 0.0))
+
+
+def _check_precision(model, data: dict) -> None:
+    """A fitted file's times were measured at 16-bit weights and KV: another format is refused,
+    since no term of the file could price it."""
+    if model is None:
+        return
+    for field, value, measured in (("quantization", model.quantization, "none"),
+                                   ("kv_cache_dtype", model.kv_cache_dtype, "auto")):
+        if value != measured:
+            raise ValueError(f"engine.{field}: {value!r} but cost model {data['name']!r} was measured "
+                             f"with {measured!r}; use kind roofline for another number format")
 
 
 def build_profiled(options: dict, model, hardware, tensor_parallel_size: int) -> StepCostModel:
@@ -116,6 +161,7 @@ def build_profiled(options: dict, model, hardware, tensor_parallel_size: int) ->
     if model is not None and data.get("model") and getattr(model, "name", None) != data["model"]:
         warnings.warn(f"cost model {data['name']!r} was measured on model {data['model']!r}, "
                       f"the scenario runs {model.name!r}", RuntimeWarning, stacklevel=2)
+    _check_precision(model, data)
     overhead = options.get("step_overhead_s")
     if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or overhead < 0):
         raise ValueError(f"cost_model.step_overhead_s: {overhead!r} is not a non-negative number of seconds")

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 from cost_models import user_paths
 from cost_models.options import (INT64_MAX, Bool, Constraint, NonNegativeInt, PositiveFloat,
                                  PositiveInt, UnitInterval, options_config)
+from cost_models.precision import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
 from simulator.scenario.errors import ScenarioError  # noqa: F401 (its home for callers)
 from simulator.scenario.field_names import unknown_field_hint
 from simulator.scenario.file import read_raw_scenario
@@ -67,6 +68,11 @@ class EngineOptions:
     entrypoint: Literal["serve", "llm"] = "serve"
     # vLLM's speculative_config (docs/speculative-decoding-semantics.md); None: off.
     speculative: SpeculativeOptions | None = None
+    # vLLM's --dtype, --quantization and --kv-cache-dtype (cost_models/precision.py): the bytes of
+    # a weight and a KV element in memory and in every cost term; no quantization: the config's.
+    dtype: Literal[DTYPES] = "auto"
+    quantization: Literal[QUANTIZATIONS] | None = None
+    kv_cache_dtype: Literal[KV_CACHE_DTYPES] = "auto"
 
 
 @options_config

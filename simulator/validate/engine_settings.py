@@ -16,6 +16,7 @@ from typing import Any, Literal
 from cost_models import user_paths
 from cost_models.hardware import hardware_aliases
 from cost_models.model_spec import ModelSpec, load_model
+from cost_models.precision import DTYPE_BYTES, DTYPES, KV_CACHE_DTYPES
 from simulator.scenario.model import EngineOptions
 from simulator.validate.measured import MeasuredRun
 from simulator.validate.record import EngineRecord, Setting, choose
@@ -24,7 +25,6 @@ from simulator.validate.record import EngineRecord, Setting, choose
 # boundary is our assumption, not checked against release notes: the first release after it.
 _ASYNC_DEFAULT_SINCE = (0, 12)
 DP_ROUTER = "least_loaded"
-_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2}
 
 
 @dataclass(frozen=True)
@@ -122,8 +122,17 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
         engine["max_model_len"] = max_len.value
     if blocks.how != "derived":
         engine["num_gpu_blocks"] = blocks.value
-    return engine, [tp, _replicas_note(dp), block, blocks, util, max_len, _dtype(record, model),
-                    _kv_cache_dtype(record, blocks.how != "derived")]
+    fitted = options.cost_model.get("kind") == "profiled"
+    kv = _kv_cache_dtype(record, blocks.how != "derived", fitted)
+    if kv.value != "auto" and not fitted:
+        engine["kv_cache_dtype"] = kv.value
+    dtype = _dtype(record, model, fitted)
+    if _other_width(dtype.value, model):
+        engine["dtype"] = dtype.value
+    quantization = _quantization(record, model)
+    if quantization.value is not None:
+        engine["quantization"] = quantization.value
+    return engine, [tp, _replicas_note(dp), block, blocks, util, max_len, dtype, kv, quantization]
 
 
 def block_size_setting(measured: MeasuredRun) -> Setting:
@@ -140,30 +149,72 @@ def _replicas_note(dp: Setting) -> Setting:
     return Setting(dp.name, dp.value, dp.how, where)
 
 
-def _dtype(record: EngineRecord, model: ModelSpec) -> Setting:
-    """The recorded dtype must be the byte width the model is sized at (weights and KV)."""
+def _other_width(dtype, model: ModelSpec) -> bool:
+    """Whether a vLLM dtype name is a width other than the model's own (``auto`` is not)."""
+    width = DTYPE_BYTES.get(str(dtype).lower())
+    return width is not None and width != model.dtype_bytes
+
+
+def _dtype(record: EngineRecord, model: ModelSpec, fitted: bool) -> Setting:
+    """The recorded dtype: the width of activations, unquantized weights and an ``auto`` KV cache
+    (engine.dtype). A fitted cost model was measured at the model's own width, so there another
+    width is refused."""
     dtype = choose(record, "dtype", default="auto", why="vLLM's default, the model's own")
-    width = _DTYPE_BYTES.get(str(dtype.value).lower())
+    width = DTYPE_BYTES.get(str(dtype.value).lower())
     if dtype.value != "auto" and width is None:
         raise ValueError(f"dtype: {dtype.value!r} ({dtype.where}) is not modelled; "
-                         f"allowed: auto, {', '.join(_DTYPE_BYTES)}")
-    if width is not None and width != model.dtype_bytes:
-        raise ValueError(f"dtype: the run recorded {dtype.value} ({width}-byte weights and KV) but {model.name} "
-                         f"is sized at {model.dtype_bytes} bytes; pass --model a config.json with torch_dtype "
-                         f"{dtype.value}")
+                         f"allowed: {', '.join(DTYPES)}")
+    if _other_width(dtype.value, model):
+        if fitted:
+            raise ValueError(f"dtype: the run recorded {dtype.value} ({width}-byte weights and KV) but {model.name} "
+                             f"is sized at {model.dtype_bytes} bytes, as the fitted cost model was measured; "
+                             f"pass --model a config.json with torch_dtype {dtype.value}")
+        return Setting(dtype.name, str(dtype.value).lower(), dtype.how,
+                       f"{dtype.where}; simulated at {width} bytes (engine.dtype), {model.name}'s own "
+                       f"is {model.dtype_bytes}")
     where = f"{dtype.where}; {model.name} at {model.dtype_bytes} bytes"
     return Setting(dtype.name, dtype.value, dtype.how, where)
 
 
-def _kv_cache_dtype(record: EngineRecord, blocks_known: bool) -> Setting:
-    """A KV dtype other than the model's only matters where blocks are derived from memory."""
+# vLLM --quantization methods whose weight format the method alone fixes (cost_models/precision.py).
+_FORMAT_OF_METHOD = {"fp8": "fp8", "fbgemm_fp8": "fp8", "modelopt": "fp8"}
+
+
+def _quantization(record: EngineRecord, model: ModelSpec) -> Setting:
+    """The recorded quantization method as a weight format: fixed by the method (fp8), else read
+    from the model's config.json quantization_config (GPTQ, AWQ: their bits)."""
+    q = choose(record, "quantization", default=None, why="the model config's quantization_config, or none")
+    if q.value is None:
+        return q
+    if q.value in _FORMAT_OF_METHOD:
+        return Setting(q.name, _FORMAT_OF_METHOD[q.value], q.how, f"{q.where} {q.value!r}")
+    if model.quantization == "none":
+        raise ValueError(f"quantization: {q.value!r} ({q.where}) needs the model's config.json with its "
+                         f"quantization_config for the weight format; pass --model a config.json path "
+                         f"(formats fixed by the method: {', '.join(_FORMAT_OF_METHOD)})")
+    return Setting(q.name, None, q.how, f"{q.where} {q.value!r}; {model.quantization} weights, "
+                   f"from {model.name}'s quantization_config")
+
+
+def _kv_cache_dtype(record: EngineRecord, blocks_known: bool, measured_tables: bool) -> Setting:
+    """The recorded KV dtype, which sizes the KV blocks and their reads (cost_models/precision.py).
+
+    A fitted cost model was measured with a 16-bit cache and cannot price another: there the
+    dtype is only noted, which needs the block count known.
+    """
     kv = choose(record, "kv_cache_dtype", default="auto", why="vLLM's default, the model's dtype")
     if kv.value == "auto":
         return kv
+    if kv.value not in KV_CACHE_DTYPES:
+        raise ValueError(f"kv_cache_dtype: {kv.value!r} ({kv.where}) is not modelled; "
+                         f"allowed: {', '.join(KV_CACHE_DTYPES)}")
+    if not measured_tables:
+        return kv
     if not blocks_known:
-        raise ValueError(f"kv_cache_dtype: {kv.value} ({kv.where}) is not modelled when KV blocks are derived "
-                         f"from GPU memory; pass --num-gpu-blocks")
-    return Setting(kv.name, kv.value, kv.how, f"{kv.where}; not modelled, the block count is known")
+        raise ValueError(f"kv_cache_dtype: {kv.value} ({kv.where}) is not modelled by a fitted cost model "
+                         f"when KV blocks are derived from GPU memory; pass --num-gpu-blocks")
+    return Setting(kv.name, kv.value, kv.how, f"{kv.where}; not modelled by the fitted cost model, "
+                   f"the block count is known")
 
 
 def scheduler_section(measured: MeasuredRun, options: RebuildOptions, name: str) -> tuple[dict, list[Setting]]:

@@ -34,6 +34,7 @@ _RESOLVED = {
     "data_parallel_size": ("parallel_config", "data_parallel_size"),
     "model": ("model_config", "model"),
     "dtype": ("model_config", "dtype"),
+    "quantization": ("model_config", "quantization"),
     "max_model_len": ("model_config", "max_model_len"),
     "max_num_seqs": ("scheduler_config", "max_num_seqs"),
     "max_num_batched_tokens": ("scheduler_config", "max_num_batched_tokens"),
@@ -78,7 +79,7 @@ _KINDS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "enable_prefix_caching": (_flag, "true or false"), "enable_chunked_prefill": (_flag, "true or false"),
     "async_scheduling": (_flag, "true or false"),
     "model": (_text, "a model name or path"), "dtype": (_text, "a dtype name"),
-    "kv_cache_dtype": (_text, "a dtype name"),
+    "kv_cache_dtype": (_text, "a dtype name"), "quantization": (_text, "a quantization method name"),
 }
 
 
