@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from tests.test_sweep import tiny, write
 
 from simulator.cli import EXIT_USER_ERROR, main
-from simulator.commands.compare import curves_together
+from simulator.commands.compare import curves_together, shared_load_key
 
 
 def two_files(tmp_path: Path, **changes) -> list[Path]:
@@ -54,6 +54,8 @@ def test_compare_sweeps_each_file_and_draws_all_curves_together(tmp_path):
     curves, slos = curves_together(folders)
     assert [c.label for c in curves] == ["varied: static", "varied: orca", "equal: static", "equal: orca"]
     assert all(c.x == [2.0, 8.0] for c in curves) and slos == {"ttft": 3000.0}
+    # Both swept the request rate: the figure's points are labelled as rates.
+    assert shared_load_key(folders) == "workload.arrival.rate"
 
 
 def test_compare_without_any_slo_is_a_one_line_error(tmp_path):

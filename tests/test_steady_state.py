@@ -39,6 +39,14 @@ def test_an_overloaded_server_is_not_steady_and_its_queue_grows_at_the_excess_ra
     assert s.queue_growth_per_s == pytest.approx(10.0 - 5.0, rel=0.02)
 
 
+def test_a_window_too_narrow_to_square_still_gives_the_queue_growth():
+    # The overloaded server 1e300 times faster (a fuzzed rate of 1e300 req/s): times near 1e-298 s
+    # square to 0, which broke a least-squares fit in seconds; the growth scales by 1e300.
+    s = steady_state(*(times * 1e-300 for times in fifo_server(10.0, 0.2, 1000)))
+    assert not s.steady
+    assert s.queue_growth_per_s == pytest.approx((10.0 - 5.0) * 1e300, rel=0.02)
+
+
 def test_all_arrivals_at_once_have_no_window_and_count_as_steady():
     assert steady_state(np.zeros(5), np.zeros(5), np.ones(5)) == SteadyState(None, None, 0.0, True)
 

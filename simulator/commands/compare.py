@@ -197,7 +197,17 @@ def plot_curves_together(sweeps: list[tuple[str, Path]], base: Path) -> list[Pat
     """Every scheduler curve of every swept file on one throughput-vs-latency figure."""
     from simulator.plots.curves import plot_throughput_latency
     all_curves, slos = curves_together(sweeps)
-    return plot_throughput_latency(all_curves, base, "compare", slos) if all_curves else []
+    return plot_throughput_latency(all_curves, base, "compare", slos,
+                                   load_key=shared_load_key(sweeps)) if all_curves else []
+
+
+def shared_load_key(sweeps: list[tuple[str, Path]]) -> str | None:
+    """The load axis every sweep ran along (the points' labels are its values), else None."""
+    from simulator.plots.result_dir import sweep_meta
+    from simulator.sweep.table import SWEEP_CSV, read_sweep_csv
+    keys = {sweep_meta(folder, read_sweep_csv(folder / SWEEP_CSV)).get("load_key")
+            for _, folder in sweeps}
+    return keys.pop() if len(keys) == 1 else None
 
 
 def curves_together(sweeps: list[tuple[str, Path]]) -> tuple[list, dict]:

@@ -97,7 +97,7 @@ def run_series(output):
     from simulator.plots.run_series import run_series_from_columns
     from simulator.results.files import request_file_columns
     return run_series_from_columns(output.label, request_file_columns(output.requests.arrays()),
-                                   output.steps.to_columns())
+                                   output.steps.to_columns(), output.summary.get("replicas", ()))
 
 
 def format_table(summaries: list[dict]) -> str:

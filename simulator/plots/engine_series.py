@@ -7,7 +7,8 @@ tenfold between schedulers (``spans_decade`` of the peaks: a queue peaking at 5,
 peaking at 3): then it takes one row per scheduler, each on its own y-scale, and the label says
 so. A quantity that is zero throughout (no preemptions, a queue always empty) has no panel, and a
 scheduler whose count is zero throughout has no row (the panel's title names it); exactly equal
-series are one line named for all of them (axes.py).
+series are one line named for all of them (axes.py). A run of several replicas (or P/D pools)
+draws each replica's own series, a line each (run_series.engine_state_series).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from simulator.plots.axes import (CurveGroup, default_colors, draw_group_kwargs,
                                   identical_groups, legend_entries, set_scale,
                                   spans_decade)
 from simulator.plots.figures import FORMATS, new_figure, save_figure
-from simulator.plots.run_series import RunSeries
+from simulator.plots.run_series import RunSeries, engine_state_series
 
 WIDTH_IN, SHARED_ROW_IN, OWN_ROW_IN, TOP_IN, BOTTOM_IN = 12.0, 2.4, 1.15, 0.7, 0.55
 LEGEND_COLUMNS = 6
@@ -66,8 +67,9 @@ def panel_values(s: RunSeries, panel: Panel) -> np.ndarray:
     return values if len(values) == len(s.step_end_s) else np.zeros(len(s.step_end_s))
 
 
-def layout_rows(series: Sequence[RunSeries]) -> list[Row]:
-    """The rows the figure draws, top to bottom (see the module's docstring for the rules)."""
+def layout_rows(series: Sequence[RunSeries], member: str = "scheduler") -> list[Row]:
+    """The rows the figure draws, top to bottom (see the module's docstring for the rules);
+    ``member``: what one line is, for the titles (a scheduler, or a replica)."""
     rows: list[Row] = []
     for panel in PANELS:
         values = [panel_values(s, panel) for s in series]
@@ -82,7 +84,7 @@ def layout_rows(series: Sequence[RunSeries]) -> list[Row]:
             continue
         zero = [g.label for g, p in zip(groups, peaks) if p == 0]
         positive = [p for p in peaks if p > 0]
-        title = (f"{panel.label}: one row per scheduler, each on its own y-scale (peaks "
+        title = (f"{panel.label}: one row per {member}, each on its own y-scale (peaks "
                  f"{min(positive):g} to {max(positive):g})"
                  + (f"; always 0: {', '.join(zero)}" if zero else ""))
         own = [g for g, p in zip(groups, peaks) if p > 0]
@@ -93,9 +95,10 @@ def layout_rows(series: Sequence[RunSeries]) -> list[Row]:
 def engine_timeseries_figure(series: Sequence[RunSeries], title: str):
     """One row per shared panel or per scheduler on its own scale (runs without steps are left
     out)."""
-    series = [s for s in series if len(s.step_end_s)]
+    runs = [s for s in series if len(s.step_end_s)]
+    series = engine_state_series(runs)
     colors = default_colors(len(series))
-    rows = layout_rows(series)
+    rows = layout_rows(series, "replica" if any(len(s.step_replica) for s in runs) else "scheduler")
     heights = [OWN_ROW_IN if r.own_scale else SHARED_ROW_IN for r in rows]
     fig = new_figure(figsize=(WIDTH_IN, TOP_IN + sum(heights) + BOTTOM_IN))
     axes = fig.subplots(len(rows), 1, sharex=True, squeeze=False,

@@ -4,8 +4,10 @@ the engine state over time (running and waiting requests, KV usage), one line pe
 The rules of axes.py hold: exactly equal curves are one line named for all of them, a latency
 axis is logarithmic only over a decade, a panel with nothing to show (no TPOT, a queue that was
 always empty) is left out, and where the schedulers' queue peaks differ tenfold the count axis is
-logarithmic (symlog, so 0 stays) and says so. It is kept cheap to draw: decimated lines
-(decimate.py), one legend at a fixed place, fixed margins instead of a layout pass, no minor ticks.
+logarithmic (symlog, so 0 stays) and says so. A run of several replicas (or P/D pools) draws
+each replica's engine state, a line each in colours after the schedulers'. It is kept cheap to
+draw: decimated lines (decimate.py), one legend at a fixed place, fixed margins instead of a
+layout pass, no minor ticks.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from simulator.plots.axes import (default_colors, draw_group_kwargs, grid_axes, 
                                   identical_groups, legend_entries, set_scale)
 from simulator.plots.cdfs import draw_cdfs, shown_panels
 from simulator.plots.figures import new_figure, save_figure
-from simulator.plots.run_series import RunSeries
+from simulator.plots.run_series import RunSeries, engine_state_series
 
 RUN_OVERVIEW = "run_overview"
 CDF_PANELS = (("ttft_ms", "TTFT (ms)"), ("tpot_ms", "TPOT (ms)"), ("e2el_ms", "end-to-end latency (ms)"))
@@ -42,8 +44,12 @@ def shown_state_panels(series: Sequence[RunSeries]) -> list[tuple]:
 
 
 def overview_figure(series: Sequence[RunSeries], title: str):
-    cdfs, states = shown_panels(series, CDF_PANELS), shown_state_panels(series)
+    state_series = engine_state_series(series)
+    cdfs, states = shown_panels(series, CDF_PANELS), shown_state_panels(state_series)
     colors = default_colors(len(series))
+    split = any(len(s.step_replica) for s in series)
+    state_colors = (default_colors(len(series) + len(state_series))[len(series):] if split
+                    else colors)
     fig = new_figure(figsize=(WIDTH_IN, ROW_IN * 2), dpi=DPI)
     rows = grid_axes(fig, [len(cdfs), len(states)])
     cdf_axes = rows[0] if cdfs else []
@@ -52,13 +58,14 @@ def overview_figure(series: Sequence[RunSeries], title: str):
         set_scale(ax, "x", draw_cdfs(ax, series, field, colors, linewidth=1.2))
         ax.set(xlabel=xlabel, ylabel="fraction of requests", ylim=(0, 1.02))
     for ax, (field, ylabel, count) in zip(state_axes, states):
-        peaks = _draw_state(ax, series, field, colors)
+        peaks = _draw_state(ax, state_series, field, state_colors)
         log = set_scale(ax, "y", peaks, counts=True) if count else False
         ax.set(xlabel="time (s)", ylabel=f"{ylabel} (log scale)" if log else ylabel)
     for ax in [*cdf_axes, *state_axes]:
         ax.grid(alpha=0.3)
     fig.suptitle(f"{title}: latency and engine state per scheduler")
-    legend_rows = _legend(fig, [*cdf_axes, *state_axes], [s.label for s in series])
+    legend_rows = _legend(fig, [*cdf_axes, *state_axes],
+                          [s.label for s in [*series, *(state_series if split else ())]])
     top_in = TOP_IN + LEGEND_ROW_IN * legend_rows
     height = top_in + ROW_IN * len(rows) + BOTTOM_IN
     fig.set_size_inches(WIDTH_IN, height)

@@ -68,4 +68,6 @@ def _queue_slope(arrival_s: np.ndarray, scheduled_s: np.ndarray, start_s: float,
     t = np.linspace(start_s, end_s, _QUEUE_SAMPLES)
     waiting = (np.searchsorted(arrival_s, t, "right")
                - np.searchsorted(scheduled_s, t, "right")).astype(np.float64)
-    return float(np.polyfit(t, waiting, 1)[0])
+    # Fitted in window widths: seconds can be too small to square (a window of 1e-298 s).
+    width_s = end_s - start_s
+    return float(np.polyfit((t - start_s) / width_s, waiting, 1)[0] / width_s)
