@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cost_models.allreduce import ALLREDUCE_LATENCY_S, allreduce_step_s, allreduce_terms
 from cost_models.batch_shape import BatchShape
 from cost_models.hardware import HardwareSpec
 from cost_models.memory import check_tensor_parallel_size
@@ -43,9 +44,9 @@ class RooflineCostModel:
     # spends ~3.9 ms beyond reading the weights at measured bandwidth in a plain-PyTorch harness
     # with ~20 kernels per layer; an engine with fused kernels sits nearer 2 ms.
     step_overhead_s: float = 2e-3
-    # Fixed cost of one small all-reduce (NCCL or vLLM's custom all-reduce over NVLink), on the
-    # order of 10 us; paid 2 x num_layers times per step at tensor_parallel_size > 1.
-    allreduce_latency_s: float = 1e-5
+    # Fixed cost of one small all-reduce, paid 2 x num_layers times per step at tp > 1
+    # (cost_models/allreduce.py).
+    allreduce_latency_s: float = ALLREDUCE_LATENCY_S
     _k: "_PerRank" = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,8 +98,8 @@ class RooflineCostModel:
             weight_s += k.expert_s * min(k.num_experts, tokens * k.top_k)
         linear_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
         sampling_s = k.sampling_s(num_sampled) if num_sampled else 0.0
-        allreduce_s = (k.allreduces * (k.allreduce_s_per_token * tokens + self.allreduce_latency_s)
-                       if k.allreduces else 0.0)
+        allreduce_s = allreduce_step_s((k.allreduces, k.allreduce_s_per_token), tokens,
+                                       self.allreduce_latency_s)
         return linear_s, sampling_s, allreduce_s
 
 
@@ -150,6 +151,7 @@ def _per_rank(m: RooflineCostModel) -> _PerRank:
     expert = mats * hidden * spec.moe_intermediate_size
     dense_per_layer = spec.attn_params_per_layer + (router if spec.is_moe else spec.mlp_params_per_layer)
     active_per_layer = spec.attn_params_per_layer + spec.active_mlp_params_per_layer + router
+    allreduces, allreduce_s_per_token = allreduce_terms(spec, m.hardware, tp)
     return _PerRank(
         linear_s_per_token=2 * layers * active_per_layer / tp / flops,
         dense_weight_s=layers * dense_per_layer * b / tp / bandwidth,
@@ -163,8 +165,8 @@ def _per_rank(m: RooflineCostModel) -> _PerRank:
         lm_head_s_per_row=2 * hidden * vocab / tp / flops,
         lm_head_weight_s=hidden * vocab * b / tp / bandwidth,
         logit_s_per_row=vocab * LOGIT_BYTES / tp / bandwidth,
-        allreduces=2 * layers if tp > 1 else 0,
-        allreduce_s_per_token=2 * (tp - 1) / tp * hidden * b / m.hardware.interconnect_bandwidth_Bps)
+        allreduces=allreduces,
+        allreduce_s_per_token=allreduce_s_per_token)
 
 
 def _activation_elements_per_token(spec: ModelSpec, tp: int) -> float:
