@@ -10,6 +10,7 @@ predicts that one from its config alone: the error a model never measured would 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class PhysicsSamples:
         mask = np.array([t in self.measured for t in TERMS], float)
         return work.feature_columns(self.counts, balance) * mask
 
-    @property
+    @cached_property
     def counts(self) -> np.ndarray:
         return np.array([step_counts(s) for s in self.shapes], float)
 

@@ -20,6 +20,7 @@ from cost_models.fit.physics_fit import PhysicsSamples
 from cost_models.fit.table_fit import fit_tables
 from cost_models.hardware import load_hardware
 from cost_models.importers import read_llmservingsim, read_step_timings, read_vidur
+from cost_models.importers.forms import read_csv_columns
 from cost_models.model_spec import load_model
 from cost_models.physics import VLLM_LAUNCHES
 
@@ -56,10 +57,10 @@ def from_llmservingsim(profile_dir: Path) -> list[PhysicsSamples]:
     return out
 
 
-def from_vidur(mlp_csv: Path, model: str, hardware: str) -> list[PhysicsSamples]:
+def from_vidur(mlp_csv: Path) -> list[PhysicsSamples]:
     out = []
-    spec, hw = load_model(model), load_hardware(hardware)
     for tables in read_vidur(mlp_csv):
+        spec, hw = load_model(tables.model), load_hardware(tables.hardware)
         fit = fit_tables(tables, holdout_every=0)
         tokens = [int(t) for t in fit.layer.x]
         shapes = [BatchShape.of([t], [0], [False]) for t in tokens]
@@ -67,4 +68,22 @@ def from_vidur(mlp_csv: Path, model: str, hardware: str) -> list[PhysicsSamples]
         out.append(PhysicsSamples(spec, hw, tables.tensor_parallel_size, shapes, times,
                                   f"Vidur operator sums of {mlp_csv}, tp {tables.tensor_parallel_size}",
                                   measured=DENSE_TERMS, launches=VLLM_LAUNCHES))
+    return out
+
+
+def read_physics_sources(paths: list[Path], mode: str | None, hardware: str) -> list[PhysicsSamples]:
+    """Every model's samples in each source, told apart by what the path holds (run.py's rule)."""
+    out = []
+    for path in map(Path, paths):
+        if (path / "meta.yaml").is_file():
+            out += from_llmservingsim(path)
+        elif path.name == "mlp.csv":
+            out += from_vidur(path)
+        else:
+            csv_path = path / "timings.csv" if path.is_dir() else path
+            models = sorted({r["model"] for r in read_csv_columns(csv_path, ("model", "mode"))
+                             if mode is None or r["mode"] == mode})
+            if not models:
+                raise ValueError(f"{csv_path}: no rows with mode {mode!r}")
+            out += [from_step_timings(csv_path, m, mode, hardware) for m in models]
     return out

@@ -134,6 +134,8 @@ def _own_overhead_s(data: dict | None) -> float:
         return RooflineCostModel.__dataclass_fields__["step_overhead_s"].default
     if data["form"] == "parametric":
         return float(data["coefficients"]["step_overhead_s"])
+    if data["form"] == "physics":
+        return float(data["coefficients"]["step_overhead"])
     return float(data["step_overhead"]["seconds"])
 
 
