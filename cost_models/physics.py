@@ -9,7 +9,8 @@ an overhead in seconds. The coefficients belong to a GPU and engine mode, not to
 non-negative across every model measured there (cost_models/fit/physics_fit.py), they price a model
 never measured from its config alone.
 
-- ``gemm``: every projection group of every layer (QKV, O, gate_up, down) runs at
+- ``gemm``: every projection group of every layer (QKV, O, gate_up, down), and the lm_head over
+  the sampled rows, runs at
   max(FLOPs / peak, gemm_balance x weight bytes / bandwidth): weight-bound at few tokens,
   compute-bound at many; ``gemm_balance`` (the one non-linear parameter: compute over bandwidth
   efficiency) places each group's knee, which moves with the group's shape.
@@ -21,8 +22,11 @@ never measured from its config alone.
 - ``layer_launch``: one per layer per step (a step's fixed cost of launching each layer's kernels:
   large eager, small under CUDA graphs).
 - ``layer_seq``: one per layer per sequence (attention kernels' per-sequence set-up).
-- ``lm_head``: the lm_head GEMM over the sampled rows, as a projection group.
 - ``logits``: the fp32 logits of each sampled row written and read by the sampler.
+- ``mixed_decode_attention``: the decodes' (query, key) pairs in a step that also prefills, FLOPs at
+  peak. An engine that runs the whole mixed batch through one variable-length prefill kernel
+  (vLLM's FlashAttention) gives each decode a query tile sized for a chunk, so its attention is
+  bound by padded compute, not by its KV reads (0 where decodes get their own kernel).
 - ``step_overhead``: one per step (scheduling, input preparation, sampled-token sync).
 - ``host_launch``: the host's time to issue one kernel, x every kernel of the step. Eager, the
   host issues kernels while the GPU runs earlier ones, so a step takes the longer of the two:
@@ -43,7 +47,7 @@ from cost_models.fitted_range import FittedRange, decode_counts, step_counts
 from cost_models.hardware import HardwareSpec
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
-from cost_models.roofline import HIDDEN_RW_PER_LAYER, LOGIT_BYTES, _activation_elements_per_token
+from cost_models.roofline import LOGIT_BYTES, _activation_elements_per_token
 
 # Kernel launches of the plain-PyTorch harness (calibration/decoder.py, unfused norm, as the H200
 # reference): besides the norms, QKV 1, RoPE 5 on q and 5 on k, attention 4 (two KV-cache writes,
@@ -54,7 +58,8 @@ HARNESS_LAUNCHES = (22, 8)
 # gate_up 1, SiLU-and-mul 1, down 1 = 8; one (fused add +) RMSNorm 1.
 VLLM_LAUNCHES = (8, 1)
 TERMS = ("step_overhead", "gemm", "activation_traffic", "prefill_attention", "decode_kv_read",
-         "prefill_kv_read", "layer_launch", "layer_seq", "lm_head", "logits", "host_launch")
+         "prefill_kv_read", "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
+         "host_launch")
 # The device terms: every term but the per-step overhead and the host's launch time.
 DEVICE = slice(1, len(TERMS) - 1)
 TERM_UNITS = {
@@ -63,6 +68,7 @@ TERM_UNITS = {
     "decode_kv_read": "1 / bandwidth efficiency", "prefill_kv_read": "1 / bandwidth efficiency",
     "layer_launch": "s per layer per step", "layer_seq": "s per layer per sequence",
     "lm_head": "1 / efficiency (as gemm)", "logits": "1 / bandwidth efficiency",
+    "mixed_decode_attention": "1 / FLOP/s efficiency of a decode's (query, key) pairs in a prefill kernel",
     "host_launch": "s per kernel launch on the host (eager; 0 under CUDA graphs)"}
 
 
@@ -90,7 +96,7 @@ class PhysicsWork:
 
     def feature_list(self, counts, gemm_balance: float, maximum) -> list:
         """The one rule for the features, on scalars (``maximum`` = max) or on columns (np.maximum)."""
-        (tokens, decode_ctx, num_decodes, pairs, prefill_ctx, _, num_sampled, num_seqs) = counts
+        (tokens, decode_ctx, num_decodes, pairs, prefill_ctx, num_prefills, num_sampled, num_seqs) = counts
         gemm = sum(maximum(f * tokens, gemm_balance * w) for f, w in self.groups) * (tokens > 0)
         f, w = self.lm_head
         lm_head = maximum(f * num_sampled, gemm_balance * w) * (num_sampled > 0)
@@ -98,7 +104,8 @@ class PhysicsWork:
         launches = self.launches_per_layer * layers
         return [1.0, gemm, self.activation_s_per_token * tokens, self.attention_s_per_pair * pairs,
                 self.kv_s_per_token * (decode_ctx + num_decodes), self.kv_s_per_token * prefill_ctx,
-                launches, layers * num_seqs, lm_head, self.logit_s_per_row * num_sampled, launches]
+                launches, layers * num_seqs, lm_head, self.logit_s_per_row * num_sampled,
+                self.attention_s_per_pair * (decode_ctx + num_decodes) * (num_prefills > 0), launches]
 
 
 def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,

@@ -33,15 +33,16 @@ def test_features_of_a_tiny_model_by_hand():
     # 4 x 576 x max(tokens, gemm_balance) = 2304 x 3. Activations: 14*8 + (2*8 + 2*4) + 6*16 = 232
     # elements x 2 bytes x 2 layers per token. Pairs: 2 x (3 + 3/2) = 9, x 4 x 8 x 2 FLOPs. KV: 32
     # bytes per token (K and V, 1 head of 4, 2 layers, 2 bytes). Launches: 22 + 8 x 2 norms = 38 a
-    # layer. lm_head: max(2*8*10 x 2 rows, 8*10*2 bytes). Logits: 2 x 10 x 4 bytes a row.
+    # layer. lm_head: max(2*8*10 x 2 rows, 8*10*2 bytes). Logits: 2 x 10 x 4 bytes a row. The
+    # decode's 5 + 1 pairs in a step that prefills, x 64 FLOPs a pair.
     features = physics_work(TINY, UNIT_GPU).features(MIXED.work_counts, 1.0)
-    assert features.tolist() == [1.0, 6912.0, 2784.0, 576.0, 192.0, 96.0, 76.0, 4.0, 320.0, 160.0, 76.0]
+    assert features.tolist() == [1.0, 6912.0, 2784.0, 576.0, 192.0, 96.0, 76.0, 4.0, 320.0, 160.0, 384.0, 76.0]
 
 
 def test_step_time_is_the_longer_of_host_and_device_plus_the_overhead():
     ones = dict.fromkeys(TERMS, 1.0)
     device = PhysicsCostModel(TINY, UNIT_GPU, {**ones, "host_launch": 0.0}, 1.0)
-    assert device.step_time_s(MIXED) == 1.0 + 6912 + 2784 + 576 + 192 + 96 + 76 + 4 + 320 + 160
+    assert device.step_time_s(MIXED) == 1.0 + 6912 + 2784 + 576 + 192 + 96 + 76 + 4 + 320 + 160 + 384
     host = PhysicsCostModel(TINY, UNIT_GPU, {**ones, "host_launch": 1000.0}, 1.0)
     assert host.step_time_s(MIXED) == 1.0 + 76 * 1000.0
 

@@ -22,17 +22,22 @@ from cost_models.hardware import load_hardware
 from cost_models.importers import read_llmservingsim, read_step_timings, read_vidur
 from cost_models.importers.forms import read_csv_columns
 from cost_models.model_spec import load_model
-from cost_models.physics import VLLM_LAUNCHES
+from cost_models.physics import TERMS, VLLM_LAUNCHES
 
 KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
-                    "layer_launch", "layer_seq", "lm_head", "logits")
+                    "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention")
 DENSE_TERMS = ("gemm", "activation_traffic", "layer_launch", "layer_seq")
+
+
+# The harness attends each group of a step (the chunk, the decodes) with its own SDPA call.
+HARNESS_TERMS = tuple(t for t in TERMS if t != "mixed_decode_attention")
 
 
 def from_step_timings(path: Path, model: str, mode: str, hardware: str) -> PhysicsSamples:
     timings = read_step_timings(path, model, mode, hardware)
     return PhysicsSamples(load_model(model), load_hardware(hardware), 1, timings.shapes, timings.time_s,
-                          f"{timings.source.description} ({', '.join(timings.source.files)})")
+                          f"{timings.source.description} ({', '.join(timings.source.files)})",
+                          measured=HARNESS_TERMS)
 
 
 def from_llmservingsim(profile_dir: Path) -> list[PhysicsSamples]:
