@@ -66,14 +66,20 @@ def from_vidur(mlp_csv: Path) -> list[PhysicsSamples]:
     out = []
     for tables in read_vidur(mlp_csv):
         spec, hw = load_model(tables.model), load_hardware(tables.hardware)
-        fit = fit_tables(tables, holdout_every=0)
-        tokens = [int(t) for t in fit.layer.x]
-        shapes = [BatchShape.of([t], [0], [False]) for t in tokens]
-        times = np.array([spec.num_layers * fit.layer(t) for t in tokens])
+        tokens = np.unique(np.concatenate([x for x, _ in tables.layer_ops.values()]))
+        layer_s = sum(_mean_by_x(x, y, tokens) for x, y in tables.layer_ops.values())
+        shapes = [BatchShape.of([int(t)], [0], [False]) for t in tokens]
+        times = spec.num_layers * layer_s
         out.append(PhysicsSamples(spec, hw, tables.tensor_parallel_size, shapes, times,
                                   f"Vidur operator sums of {mlp_csv}, tp {tables.tensor_parallel_size}",
                                   measured=DENSE_TERMS, launches=VLLM_LAUNCHES))
     return out
+
+
+def _mean_by_x(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """y at each of ``at``: the mean of repeated x (Vidur lists some token counts twice), interpolated."""
+    xs, inverse = np.unique(x, return_inverse=True)
+    return np.interp(at, xs, np.bincount(inverse, weights=y) / np.bincount(inverse))
 
 
 def read_physics_sources(paths: list[Path], mode: str | None, hardware: str) -> list[PhysicsSamples]:
