@@ -60,6 +60,9 @@ VLLM_LAUNCHES = (8, 1)
 TERMS = ("step_overhead", "gemm", "activation_traffic", "prefill_attention", "decode_kv_read",
          "prefill_kv_read", "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
          "host_launch")
+# Terms whose coefficient is 1 / a fraction of a datasheet peak, so at least 1 where the peak holds.
+EFFICIENCY_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
+                    "lm_head", "logits", "mixed_decode_attention")
 # The device terms: every term but the per-step overhead and the host's launch time.
 DEVICE = slice(1, len(TERMS) - 1)
 TERM_UNITS = {

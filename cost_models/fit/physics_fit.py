@@ -19,7 +19,7 @@ from cost_models.fit.report import family_errors
 from cost_models.fitted_range import step_counts
 from cost_models.hardware import HardwareSpec
 from cost_models.model_spec import ModelSpec
-from cost_models.physics import DEVICE, HARNESS_LAUNCHES, TERMS, physics_work, step_time_of
+from cost_models.physics import DEVICE, EFFICIENCY_TERMS, HARNESS_LAUNCHES, TERMS, physics_work, step_time_of
 
 _BALANCE_GRID = np.geomspace(0.5, 8.0, 25)
 _GOLDEN_STEPS = 20
@@ -67,16 +67,20 @@ class PhysicsFit:
     train_errors: dict
 
 
-def fit_physics(samples: list[PhysicsSamples], host_bound: bool = False) -> PhysicsFit:
+def fit_physics(samples: list[PhysicsSamples], host_bound: bool = False,
+                peak_bound: bool = False) -> PhysicsFit:
     """Coefficients and gemm_balance shared by every model in ``samples``; ``host_bound`` (eager)
-    fits the host's launch time too, each step taking the longer of host and device."""
+    fits the host's launch time too, each step taking the longer of host and device. ``peak_bound``
+    holds every inverse efficiency at 1 or more (no kernel beats its datasheet peak), so a term the
+    fitted shapes barely exercise (the KV reads of a log of short contexts) cannot fall to 0."""
+    floor = np.array([1.0 if peak_bound and t in EFFICIENCY_TERMS else 0.0 for t in TERMS])
     if not samples:
         raise ValueError("physics fit: no timings to fit on")
     y = np.concatenate([s.fitted_time_s() for s in samples])
 
     def loss(balance: float) -> tuple[float, np.ndarray]:
         features = _design(samples, balance)
-        coef = _fit_branches(features / y[:, None], host_bound)
+        coef = _fit_branches(features / y[:, None], host_bound, floor)
         residual = _predict(features, coef) / y - 1
         return float(residual @ residual), coef
     losses = [loss(b)[0] for b in _BALANCE_GRID]
@@ -94,7 +98,7 @@ def fit_physics(samples: list[PhysicsSamples], host_bound: bool = False) -> Phys
     if losses[best] < loss(balance)[0]:
         balance = float(_BALANCE_GRID[best])
     features = _design(samples, balance)
-    coef = _refine_l1(features / y[:, None], loss(balance)[1], host_bound)
+    coef = _refine_l1(features / y[:, None], loss(balance)[1], host_bound, floor)
     predicted = _predict(features, coef)
     families = [f for s in samples for f in s.families]
     train = family_errors(predicted, y, families, np.ones(len(y), bool))
@@ -147,7 +151,7 @@ def _branch_design(a: np.ndarray, coef: np.ndarray | None, host_bound: bool) -> 
     return out
 
 
-def _nnls_with_prior(design: np.ndarray, weight: np.ndarray) -> np.ndarray:
+def _nnls_with_prior(design: np.ndarray, weight: np.ndarray, floor: np.ndarray) -> np.ndarray:
     """NNLS of the weighted relative rows plus one row that asks the per-step overhead to be small.
 
     Where the data cannot tell a per-step cost from a per-layer one (every fitted model has the
@@ -158,29 +162,32 @@ def _nnls_with_prior(design: np.ndarray, weight: np.ndarray) -> np.ndarray:
     prior = np.zeros((1, design.shape[1]))
     overhead = design[:, 0][design[:, 0] > 0]   # 1 / step time on the rows that measure it
     prior[0, 0] = OVERHEAD_PRIOR * float(np.median(overhead)) if len(overhead) else 0.0
-    return nnls(np.vstack([design * weight[:, None], prior]), np.append(weight, 0.0))
+    a, b = np.vstack([design * weight[:, None], prior]), np.append(weight, 0.0)
+    floor = floor * (np.abs(design).sum(axis=0) > 0)   # coef = floor + x, x >= 0, on measured terms
+    return floor + nnls(a, b - a @ floor)
 
 
-def _fit_branches(a: np.ndarray, host_bound: bool, weight: np.ndarray | None = None) -> np.ndarray:
+def _fit_branches(a: np.ndarray, host_bound: bool, floor: np.ndarray,
+                  weight: np.ndarray | None = None) -> np.ndarray:
     """NNLS of the max form: fit, see which branch binds each row, refit, until the branches settle."""
     weight = np.ones(len(a)) if weight is None else weight
-    coef = _nnls_with_prior(_branch_design(a, None, False), weight)
+    coef = _nnls_with_prior(_branch_design(a, None, False), weight, floor)
     if not host_bound:
         return coef
     coef[-1] = float(np.median(1 / a[:, -1]))   # start: every row host-bound at its median rate
     for _ in range(_BRANCH_STEPS):
         design = _branch_design(a, coef, True)
-        new = _nnls_with_prior(design, weight)
+        new = _nnls_with_prior(design, weight, floor)
         if np.allclose(new, coef, rtol=1e-9, atol=0):
             break
         coef = new
     return coef
 
 
-def _refine_l1(a: np.ndarray, coef: np.ndarray, host_bound: bool) -> np.ndarray:
+def _refine_l1(a: np.ndarray, coef: np.ndarray, host_bound: bool, floor: np.ndarray) -> np.ndarray:
     """Iteratively reweighted least squares towards the least absolute relative error."""
     for _ in range(_IRLS_STEPS):
         residual = _predict(a, coef) - 1
         weight = 1 / np.sqrt(np.maximum(np.abs(residual), _IRLS_FLOOR))
-        coef = _fit_branches(a, host_bound, weight)
+        coef = _fit_branches(a, host_bound, floor, weight)
     return coef
