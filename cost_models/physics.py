@@ -13,7 +13,8 @@ never measured from its config alone.
   the sampled rows, runs at
   max(FLOPs / peak, gemm_balance x weight bytes / bandwidth): weight-bound at few tokens,
   compute-bound at many; ``gemm_balance`` (the one non-linear parameter: compute over bandwidth
-  efficiency) places each group's knee, which moves with the group's shape.
+  efficiency) places each group's knee, which moves with the group's shape; the FLOPs count the
+  tokens rounded up to whole GEMM tiles (``gemm_tile_tokens``, 1 for none).
 - ``activation_traffic``: the hidden-state and activation bytes of each token through each layer
   (norms, residual adds, RoPE, the MLP activation).
 - ``prefill_attention``: causal (query, key) pairs of the prefill chunks, FLOPs at peak.
@@ -52,11 +53,17 @@ from cost_models.roofline import LOGIT_BYTES, _activation_elements_per_token
 # Kernel launches of the plain-PyTorch harness (calibration/decoder.py, unfused norm, as the H200
 # reference): besides the norms, QKV 1, RoPE 5 on q and 5 on k, attention 4 (two KV-cache writes,
 # SDPA, the output copy), O 1, two residual adds, gate_up 1, SiLU 1, mul 1, down 1 = 22; one unfused
-# RMSNorm 8 (upcast, pow, mean, add, rsqrt, mul, downcast, weight mul).
-HARNESS_LAUNCHES = (22, 8)
+# RMSNorm 8 (upcast, pow, mean, add, rsqrt, mul, downcast, weight mul); a step that both prefills
+# and decodes attends in two groups: 4 more, and 1 to concatenate their outputs.
+HARNESS_LAUNCHES = (22, 8, 5)
 # vLLM's fused kernels: besides the norms, QKV 1, RoPE 1, KV-cache write 1, attention 1, O 1,
-# gate_up 1, SiLU-and-mul 1, down 1 = 8; one (fused add +) RMSNorm 1.
-VLLM_LAUNCHES = (8, 1)
+# gate_up 1, SiLU-and-mul 1, down 1 = 8; one (fused add +) RMSNorm 1; a mixed batch is one
+# variable-length attention call.
+VLLM_LAUNCHES = (8, 1, 0)
+# Rows of one GEMM tile that a fit may find (1: no rounding): a step's GEMMs compute its tokens
+# rounded up to whole tiles (the LLMServingSim RTX PRO 6000 dense tables step up every 128 tokens:
+# 2.1 ms at 1,872 tokens, 2.4 ms at 1,936).
+GEMM_TILE_CHOICES = (1, 64, 128)
 TERMS = ("step_overhead", "gemm", "activation_traffic", "prefill_attention", "decode_kv_read",
          "prefill_kv_read", "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
          "host_launch")
@@ -87,6 +94,8 @@ class PhysicsWork:
     logit_s_per_row: float
     num_layers: int
     launches_per_layer: float
+    mixed_launches_per_layer: float   # more, in a step that both prefills and decodes
+    gemm_tile_tokens: int
 
     def features(self, counts: tuple, gemm_balance: float) -> np.ndarray:
         """The TERMS features of one step's work counts."""
@@ -100,11 +109,14 @@ class PhysicsWork:
     def feature_list(self, counts, gemm_balance: float, maximum) -> list:
         """The one rule for the features, on scalars (``maximum`` = max) or on columns (np.maximum)."""
         (tokens, decode_ctx, num_decodes, pairs, prefill_ctx, num_prefills, num_sampled, num_seqs) = counts
-        gemm = sum(maximum(f * tokens, gemm_balance * w) for f, w in self.groups) * (tokens > 0)
+        tile = self.gemm_tile_tokens
+        tiled = -(-tokens // tile) * tile   # a GEMM computes whole tiles of rows
+        gemm = sum(maximum(f * tiled, gemm_balance * w) for f, w in self.groups) * (tokens > 0)
         f, w = self.lm_head
         lm_head = maximum(f * num_sampled, gemm_balance * w) * (num_sampled > 0)
         layers = self.num_layers * (num_seqs > 0)
-        launches = self.launches_per_layer * layers
+        mixed = (num_prefills > 0) * (num_decodes > 0)
+        launches = (self.launches_per_layer + self.mixed_launches_per_layer * mixed) * layers
         return [1.0, gemm, self.activation_s_per_token * tokens, self.attention_s_per_pair * pairs,
                 self.kv_s_per_token * (decode_ctx + num_decodes), self.kv_s_per_token * prefill_ctx,
                 launches, layers * num_seqs, lm_head, self.logit_s_per_row * num_sampled,
@@ -112,7 +124,7 @@ class PhysicsWork:
 
 
 def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
-                 launches: tuple[int, int] = HARNESS_LAUNCHES) -> PhysicsWork:
+                 launches: tuple[int, int, int] = HARNESS_LAUNCHES, gemm_tile_tokens: int = 1) -> PhysicsWork:
     """The work constants of ``spec`` on one of ``tp`` ranks of ``hardware``, at datasheet peaks."""
     flops, bandwidth, b = hardware.bf16_flops, hardware.memory_bandwidth_Bps, spec.dtype_bytes
     layers, hidden = spec.num_layers, spec.hidden_size
@@ -131,13 +143,16 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
         attention_s_per_pair=2 * 2 * spec.q_size * layers / tp / flops,
         kv_s_per_token=spec.kv_bytes_per_token(tp) / bandwidth,
         logit_s_per_row=2 * vocab * LOGIT_BYTES / tp / bandwidth,
-        num_layers=layers, launches_per_layer=launches_per_layer(spec, launches))
+        num_layers=layers, launches_per_layer=launches_per_layer(spec, launches),
+        mixed_launches_per_layer=launches[2],
+        gemm_tile_tokens=gemm_tile_tokens)
 
 
-def launches_per_layer(spec: ModelSpec, launches: tuple[int, int]) -> int:
+def launches_per_layer(spec: ModelSpec, launches: tuple[int, int, int]) -> int:
     """Kernel launches of one layer: ``launches`` = (launches besides the RMSNorms, launches of one
-    RMSNorm); a layer runs two RMSNorms, four with QK-norm (on the queries and on the keys)."""
-    other, per_norm = launches
+    RMSNorm, more in a mixed step); a layer runs two RMSNorms, four with QK-norm (on the queries and
+    on the keys)."""
+    other, per_norm, _ = launches
     return other + per_norm * (4 if spec.qk_norm else 2)
 
 
@@ -158,7 +173,8 @@ class PhysicsCostModel:
     tensor_parallel_size: int = 1
     fitted_range: FittedRange | None = None
     name: str = "physics"
-    launches: tuple[int, int] = HARNESS_LAUNCHES   # the engine's kernels (launches_per_layer)
+    launches: tuple[int, int, int] = HARNESS_LAUNCHES   # the engine's kernels (launches_per_layer)
+    gemm_tile_tokens: int = 1
     _work: PhysicsWork = field(init=False, repr=False, compare=False)
     _coef: np.ndarray = field(init=False, repr=False, compare=False)
     _allreduce: tuple = field(init=False, repr=False, compare=False)
@@ -174,7 +190,7 @@ class PhysicsCostModel:
                 or not self.gemm_balance > 0:
             raise ValueError(f"gemm_balance: {self.gemm_balance!r} is not a positive number")
         object.__setattr__(self, "_work", physics_work(self.model, self.hardware, self.tensor_parallel_size,
-                                                        self.launches))
+                                                        self.launches, self.gemm_tile_tokens))
         object.__setattr__(self, "_coef", np.array([float(self.coefficients[t]) for t in TERMS]))
         object.__setattr__(self, "_allreduce", allreduce_terms(self.model, self.hardware, self.tensor_parallel_size))
         object.__setattr__(self, "_warned", [self.fitted_range is None])

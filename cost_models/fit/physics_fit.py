@@ -19,7 +19,7 @@ from cost_models.fit.report import family_errors
 from cost_models.fitted_range import step_counts
 from cost_models.hardware import HardwareSpec
 from cost_models.model_spec import ModelSpec
-from cost_models.physics import DEVICE, EFFICIENCY_TERMS, HARNESS_LAUNCHES, TERMS, physics_work, step_time_of
+from cost_models.physics import DEVICE, EFFICIENCY_TERMS, GEMM_TILE_CHOICES, HARNESS_LAUNCHES, TERMS, physics_work, step_time_of
 
 _BALANCE_GRID = np.geomspace(0.5, 8.0, 25)
 _GOLDEN_STEPS = 20
@@ -40,14 +40,14 @@ class PhysicsSamples:
     source: str          # where the times came from, for the model file
     comm_s: np.ndarray | None = None   # communication inside time_s (priced apart, not fitted)
     measured: tuple[str, ...] = TERMS   # the terms the source's times contain
-    launches: tuple[int, int] = HARNESS_LAUNCHES   # the measured engine's kernels per layer
+    launches: tuple[int, int, int] = HARNESS_LAUNCHES   # the measured engine's kernels per layer
 
     @property
     def families(self) -> list[str]:
         return [s.kind for s in self.shapes]
 
-    def features(self, balance: float) -> np.ndarray:
-        work = physics_work(self.spec, self.hardware, self.tensor_parallel_size, self.launches)
+    def features(self, balance: float, gemm_tile_tokens: int = 1) -> np.ndarray:
+        work = physics_work(self.spec, self.hardware, self.tensor_parallel_size, self.launches, gemm_tile_tokens)
         mask = np.array([t in self.measured for t in TERMS], float)
         return work.feature_columns(self.counts, balance) * mask
 
@@ -65,9 +65,18 @@ class PhysicsFit:
     coefficients: dict[str, float]
     gemm_balance: float
     train_errors: dict
+    gemm_tile_tokens: int = 1
+    loss: float = 0.0   # the training MAPE (fraction) the tile choice is made on
 
 
 def fit_physics(samples: list[PhysicsSamples], host_bound: bool = False,
+                peak_bound: bool = False, tiles: tuple[int, ...] = GEMM_TILE_CHOICES) -> PhysicsFit:
+    """The best fit_at_tile of the GEMM tile sizes ``tiles`` (the least training loss)."""
+    fits = [fit_at_tile(samples, tile, host_bound, peak_bound) for tile in tiles]
+    return min(fits, key=lambda fit: fit.loss)
+
+
+def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = False,
                 peak_bound: bool = False) -> PhysicsFit:
     """Coefficients and gemm_balance shared by every model in ``samples``; ``host_bound`` (eager)
     fits the host's launch time too, each step taking the longer of host and device. ``peak_bound``
@@ -79,7 +88,7 @@ def fit_physics(samples: list[PhysicsSamples], host_bound: bool = False,
     y = np.concatenate([s.fitted_time_s() for s in samples])
 
     def loss(balance: float) -> tuple[float, np.ndarray]:
-        features = _design(samples, balance)
+        features = _design(samples, balance, tile)
         coef = _fit_branches(features / y[:, None], host_bound, floor)
         residual = _predict(features, coef) / y - 1
         return float(residual @ residual), coef
@@ -97,18 +106,19 @@ def fit_physics(samples: list[PhysicsSamples], host_bound: bool = False,
     balance = float(np.exp((lo + hi) / 2))
     if losses[best] < loss(balance)[0]:
         balance = float(_BALANCE_GRID[best])
-    features = _design(samples, balance)
+    features = _design(samples, balance, tile)
     coef = _refine_l1(features / y[:, None], loss(balance)[1], host_bound, floor)
     predicted = _predict(features, coef)
     families = [f for s in samples for f in s.families]
     train = family_errors(predicted, y, families, np.ones(len(y), bool))
-    return PhysicsFit(dict(zip(TERMS, map(float, coef))), balance, train)
+    loss_value = float(np.mean(np.abs(predicted / y - 1)))
+    return PhysicsFit(dict(zip(TERMS, map(float, coef))), balance, train, tile, loss_value)
 
 
 def predict(fit: PhysicsFit, samples: PhysicsSamples) -> np.ndarray:
     """The fitted model's whole-step times for ``samples`` (communication added back)."""
     coef = np.array([fit.coefficients[t] for t in TERMS])
-    predicted = _predict(samples.features(fit.gemm_balance), coef)
+    predicted = _predict(samples.features(fit.gemm_balance, fit.gemm_tile_tokens), coef)
     return predicted if samples.comm_s is None else predicted + samples.comm_s
 
 
@@ -129,8 +139,8 @@ def leave_one_model_out(samples: list[PhysicsSamples], host_bound: bool = False)
     return out
 
 
-def _design(samples: list[PhysicsSamples], balance: float) -> np.ndarray:
-    return np.vstack([s.features(balance) for s in samples])
+def _design(samples: list[PhysicsSamples], balance: float, tile: int) -> np.ndarray:
+    return np.vstack([s.features(balance, tile) for s in samples])
 
 
 def _predict(features: np.ndarray, coef: np.ndarray) -> np.ndarray:

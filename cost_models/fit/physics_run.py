@@ -34,6 +34,7 @@ def run_physics_fit(sources: list[Path], mode: str | None = None, hardware: str 
              f"{', '.join(data['fitted_on']['models'])} on {', '.join(gpus)} ({mode})"]
     lines += [f"  {t:<20} {sig4(v):<12} {TERM_UNITS[t]}" for t, v in fit.coefficients.items()]
     lines.append(f"  gemm_balance         {sig4(fit.gemm_balance)}")
+    lines.append(f"  gemm_tile_tokens     {fit.gemm_tile_tokens}")
     lines.append(format_errors("fitted on all models (training error)", fit.train_errors))
     for model, errs in lomo.items():
         lines.append(format_errors(f"leave-one-model-out: {model} predicted from the others", errs))
@@ -61,7 +62,8 @@ def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode
         "hardware": samples[0].hardware.name, "mode": mode,
         "coefficients": {t: sig4(v) for t, v in fit.coefficients.items()},
         "gemm_balance": sig4(fit.gemm_balance), "terms": TERM_UNITS,
-        "launches": {"other": launches[0], "per_norm": launches[1],
+        "gemm_tile_tokens": fit.gemm_tile_tokens,
+        "launches": {"other": launches[0], "per_norm": launches[1], "mixed": launches[2],
                      "source": "kernel launches per layer of the measured engine (cost_models/physics.py)"},
         "unmeasured_terms": [t for t in TERMS if t not in measured],
         "fitted_on": {"gpus": sorted({s.hardware.name for s in samples}), "models": [s.name for s in specs],
