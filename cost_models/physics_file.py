@@ -26,20 +26,21 @@ def model_ranges(specs: list[ModelSpec]) -> dict[str, list[int]]:
 
 
 def outside_fit(data: dict, spec: ModelSpec, hardware: HardwareSpec, tp: int) -> str | None:
-    """The first way a scenario leaves what the file was fitted on, naming the field, or None."""
+    """Every way a scenario leaves what the file was fitted on, each naming its field, or None."""
     fitted = data["fitted_on"]
+    problems = []
     if hardware.name not in fitted["gpus"]:
-        return f"hardware: {hardware.name!r} is not among the fitted GPUs ({', '.join(fitted['gpus'])})"
+        problems.append(f"hardware: {hardware.name!r} is not among the fitted GPUs ({', '.join(fitted['gpus'])})")
     if tp not in fitted["tensor_parallel_sizes"]:
-        return (f"engine.tensor_parallel_size: {tp} is not among the fitted "
-                f"{fitted['tensor_parallel_sizes']} (communication is the roofline's all-reduce)")
+        problems.append(f"engine.tensor_parallel_size: {tp} is not among the fitted "
+                        f"{fitted['tensor_parallel_sizes']} (communication is the roofline's all-reduce)")
     for name, (lo, hi) in fitted["model_ranges"].items():
         value = getattr(spec, name)
         if not lo <= value <= hi:
-            return f"model.{name}: {value} is outside the fitted models' {lo}..{hi}"
+            problems.append(f"model.{name}: {value} is outside the fitted models' {lo}..{hi}")
     if spec.is_moe or spec.mlp_kind != "swiglu":
-        return "model: only dense SwiGLU models were fitted"
-    return None
+        problems.append("model: only dense SwiGLU models were fitted")
+    return "; ".join(problems) or None
 
 
 def load_physics(data: dict, spec: ModelSpec, hardware: HardwareSpec, tp: int,

@@ -32,9 +32,9 @@ def run_physics_fit(sources: list[Path], mode: str | None = None, hardware: str 
                       "files": {str(p): sha256_of(p) for p in source_files(sources)}}
     lines = [f"{name}: physics fit of {sum(len(s.shapes) for s in samples)} steps of "
              f"{', '.join(data['fitted_on']['models'])} on {', '.join(gpus)} ({mode})"]
-    lines += [f"  {t:<20} {sig4(v):<12} {TERM_UNITS[t]}" for t, v in fit.coefficients.items()]
-    lines.append(f"  gemm_balance         {sig4(fit.gemm_balance)}")
-    lines.append(f"  gemm_tile_tokens     {fit.gemm_tile_tokens}")
+    lines += [f"  {t:<24} {sig4(v):<12} {TERM_UNITS[t]}" for t, v in fit.coefficients.items()]
+    lines.append(f"  {'gemm_balance':<24} {sig4(fit.gemm_balance)}")
+    lines.append(f"  {'gemm_tile_tokens':<24} {fit.gemm_tile_tokens}")
     lines.append(format_errors("fitted on all models (training error)", fit.train_errors))
     for model, errs in lomo.items():
         lines.append(format_errors(f"leave-one-model-out: {model} predicted from the others", errs))
