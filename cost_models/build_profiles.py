@@ -61,6 +61,14 @@ def requests(ref: Path) -> list[FitRequest]:
     return jobs
 
 
+def physics_jobs(ref: Path) -> list[tuple[str, list[Path], str | None, str]]:
+    """(name, sources, mode, hardware) of every shipped physics file (cost_models/physics.py)."""
+    lss = ref / _LSS / "RTXPRO6000"
+    return [(f"physics-h200-{mode}", [ref / "h200" / "steps.csv"], mode, "h200") for mode in ("cuda_graph", "eager")] + [
+        ("physics-rtx-pro-6000-kernels", [lss / "meta-llama/Llama-3.1-8B/bf16", lss / "Qwen/Qwen3-32B/bf16"],
+         None, "")]
+
+
 def overlapped_cpu_overhead(data: dict) -> dict:
     """The ``step_overhead`` block of a vLLM 0.19 kernel-table profile: 0 s, and why.
 
@@ -113,6 +121,19 @@ def main(argv: list[str]) -> None:
             data["step_overhead"] = STEP_OVERHEAD_BLOCKS[request.name](data)
         write_outputs(outcome, PROFILES_DIR / f"{request.name}.json", None)
         print(outcome.report.splitlines()[0])
+    build_physics(ref)
+
+
+def build_physics(ref: Path) -> None:
+    from cost_models.fit.physics_run import run_physics_fit
+    for name, sources, mode, hardware in physics_jobs(ref):
+        outcome = run_physics_fit(sources, mode, hardware, name)
+        data = outcome.data
+        data["source"]["files"] = {_relative(p, ref): s for p, s in data["source"]["files"].items()}
+        data["fitted_on"]["sources"] = [s.replace(str(ref), "../shared/reference") for s in data["fitted_on"]["sources"]]
+        data["source"]["description"] = data["source"]["description"].replace(str(ref), "../shared/reference")
+        write_outputs(outcome, PROFILES_DIR / f"{name}.json", None)
+        print(outcome.report)
 
 
 def _relative(path: str, ref: Path) -> str:
@@ -126,4 +147,7 @@ def _relative(path: str, ref: Path) -> str:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--physics"]:   # the physics files alone (the tables take minutes)
+        build_physics(Path(sys.argv[2]) if sys.argv[2:] else DEFAULT_REFERENCE)
+    else:
+        main(sys.argv[1:])

@@ -17,7 +17,10 @@ from cost_models.profiles import PROFILES_DIR, profile_names
 
 
 @click.command("fit")
-@click.argument("source", required=False, type=click.Path(path_type=Path))
+@click.argument("source", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--kind", type=click.Choice(["auto", "physics"]), default="auto", show_default=True,
+              help="physics: one GPU and mode's efficiencies across every model in the SOURCES, "
+                   "with leave-one-model-out error per family")
 @click.option("--from-vllm-log", "vllm_log", type=click.Path(path_type=Path),
               help="vLLM serve log with --enable-logging-iteration-details lines, or its parsed *_iterations.csv")
 @click.option("-o", "--out", type=click.Path(path_type=Path), help="cost model file to write (JSON)")
@@ -28,14 +31,21 @@ from cost_models.profiles import PROFILES_DIR, profile_names
 @click.option("--hardware", default="", help="hardware preset, recorded and used for the roofline comparison")
 @click.option("--name", help="name recorded in the file (default: HARDWARE-MODEL-MODE)")
 @click.option("--all-reduce", type=click.Path(path_type=Path), help="Vidur network all_reduce.csv (with mlp.csv)")
-def fit_command(source, vllm_log, out, holdout_every, plot, model, mode, hardware, name, all_reduce):
+def fit_command(source, kind, vllm_log, out, holdout_every, plot, model, mode, hardware, name, all_reduce):
     """Fit a step-cost model to TIMINGS_OR_PROFILE_DIR (or --from-vllm-log LOG) and report held-out error."""
-    if (source is None) == (vllm_log is None):
+    if kind == "physics":
+        if not source or vllm_log is not None:
+            raise click.UsageError("--kind physics: give one or more timings files or profile folders")
+    elif (len(source) == 1) == (vllm_log is not None) or len(source) > 1:
         raise click.UsageError("give exactly one of TIMINGS_OR_PROFILE_DIR or --from-vllm-log LOG")
-    request = FitRequest(source=vllm_log or source, from_vllm_log=vllm_log is not None, model=model, mode=mode,
-                         hardware=hardware, holdout_every=holdout_every, name=name, all_reduce=all_reduce)
     try:
-        outcome = run_fit(request)
+        if kind == "physics":
+            from cost_models.fit.physics_run import run_physics_fit
+            outcome = run_physics_fit(list(source), mode, hardware, name)
+        else:
+            outcome = run_fit(FitRequest(source=vllm_log or source[0], from_vllm_log=vllm_log is not None,
+                                         model=model, mode=mode, hardware=hardware, holdout_every=holdout_every,
+                                         name=name, all_reduce=all_reduce))
         write_outputs(outcome, out, plot)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
@@ -56,6 +66,10 @@ def profiles_command():
 
 
 def _error_lines(data: dict):
+    if data["form"] == "physics":
+        for model, errs in data["leave_one_model_out"].items():
+            yield f" ({model}, leave-one-model-out)", _families(errs)
+        return
     if data["form"] == "parametric":
         yield "", _families(data["holdout"]["errors"])
         return

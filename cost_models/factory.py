@@ -55,6 +55,11 @@ def _profiled(options, model, hardware, tp):
     return build_profiled(options, model, hardware, tp)
 
 
+def _physics(options, model, hardware, tp):
+    from cost_models.profiles import build_profiled
+    return build_profiled(options, model, hardware, tp, kind="physics")
+
+
 def _init_fields(cls, exclude: tuple[str, ...] = ()) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls) if f.init and f.name not in exclude)
 
@@ -66,6 +71,8 @@ COST_MODEL_BUILDERS: dict[str, CostModelKind] = {
     "roofline": CostModelKind(_roofline, _roofline_options),
     # A fitted cost model file: a shipped profile by name or any file `servesim fit` wrote.
     "profiled": CostModelKind(_profiled, lambda: ("profile", "path", "step_overhead_s")),
+    # A physics file (cost_models/physics.py): one GPU and mode's efficiencies, any model's config.
+    "physics": CostModelKind(_physics, lambda: ("profile", "path", "step_overhead_s")),
 }
 
 

@@ -12,11 +12,12 @@ bench file and iteration log:
   12.0 ms, same tool and machine). c16 and the preemption run have no such request, so none is
   added there: with c1's 12.0 ms c16's TTFT would be +5.2%, just outside the bound.
 
-Closed-loop runs are simulated closed loop (``--arrivals auto``). Measured when written (TTFT /
-TPOT %): c1 +1.4 / -1.3, c4 -5.0 / +2.3, c16 +4.8 / -1.1, Poisson -2.2 / +0.0, small-KV preemption
-run +1.4 / -1.2. c4's TTFT rests on 16 prefill steps of three prompts (768 tokens) that ran ~8% above
-the smooth form's price (869 ms mean against 802 ms); its own one idle request read 17.9 ms (-4.3%),
-with no round trip it is -6.2%. A bench file records no engine arguments: they are the tool's
+Closed-loop runs are simulated closed loop (``--arrivals auto``). The fit's step shapes are replayed
+from the run's requests (cost_models/importers/vllm_schedule.py) where the log allows it (not the
+preemption run: a resumed request; there decode contexts come from KV usage). Measured when written
+(TTFT / TPOT %): c1 -0.6 / +0.3, c4 +0.4 / +0.0, c16 +0.4 / -0.6, Poisson -1.3 / +0.2, small-KV
+preemption run +1.4 / -1.2 (with the KV-usage estimates everywhere: c1 +1.4 / -1.3, c4 -5.0 / +2.3,
+c16 +4.8 / -1.1, Poisson -2.2 / +0.0). A bench file records no engine arguments: they are the tool's
 (tests/data/vllm-cpu/engine_args.json).
 """
 from __future__ import annotations
@@ -71,3 +72,11 @@ def test_the_fit_reads_decode_contexts_with_the_kv_cache_the_run_was_given(valid
     fitted = json.loads((out_dir / "fitted_cost_model.json").read_text())
     assert fitted["importer_notes"]["kv_capacity_tokens"] == 24 * 128
     assert fitted["fit_loss"] == "time"
+
+
+@pytest.mark.filterwarnings("ignore:cost model .* outside the fitted range:RuntimeWarning")
+@pytest.mark.parametrize("run", ["c1", "c4", "c16", "poisson"])
+def test_the_fit_replays_each_steps_shape_from_the_runs_requests(validations, run):
+    fitted = json.loads((validations[run][1] / "fitted_cost_model.json").read_text())
+    assert fitted["importer_notes"]["requests"] == {"c1": 32, "c4": 64, "c16": 64, "poisson": 48}[run]
+    assert fitted["importer_notes"]["cached_prompt_tokens_found"] == 0

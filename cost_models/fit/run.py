@@ -37,6 +37,7 @@ class FitRequest:
     step_overhead_s: float = model_file.DEFAULT_KERNEL_STEP_OVERHEAD_S  # tables models only
     kv_capacity_tokens: int | None = None  # vLLM log: KV capacity, for the decode-context estimate
     loss: str = "relative"          # parametric fits: relative | time (parametric_fit's docstring)
+    request_lengths: tuple | None = None  # vLLM log: (prompt, output) of each request, to replay shapes
 
 
 @dataclass
@@ -50,6 +51,8 @@ def run_fit(request: FitRequest) -> FitOutcome:
     source = Path(request.source)
     if request.from_vllm_log:
         kwargs = {"kv_capacity_tokens": request.kv_capacity_tokens} if request.kv_capacity_tokens else {}
+        if request.request_lengths is not None:
+            kwargs["request_lengths"] = list(request.request_lengths)
         timings = read_vllm_log(source, hardware=request.hardware, model=request.model or "", **kwargs)
         return _parametric(request, timings)
     if (source / "meta.yaml").is_file() or (source.name.startswith("tp") and (source.parent / "meta.yaml").is_file()):

@@ -10,7 +10,9 @@ ctx_tokens, gen_reqs, gen_tokens, elapsed_ms, kv_usage_pct). The elapsed time co
 pass and sampling and the engine's own per-step work around them, which is why a model fitted here
 has a large, real ``step_overhead_s``.
 
-What the log does not say is estimated, and the estimates are recorded in the notes:
+Given the requests' prompt and output lengths, each step's shape is replayed from the schedule
+(importers/vllm_schedule.py). Without them, what the log does not say is estimated, and the
+estimates are recorded in the notes:
 - a step's prefill tokens are split evenly among its context requests, each on an empty cache;
 - the decodes' context comes from the KV usage: usage x capacity, less the step's prefill tokens,
   shared evenly among the decodes, less half a block each for block rounding;
@@ -26,6 +28,7 @@ import numpy as np
 
 from cost_models.batch_shape import BatchShape
 from cost_models.importers.forms import StepTimings, file_source, number, read_csv_columns
+from cost_models.importers.vllm_schedule import LoggedStep, reconstruct_shapes
 
 CSV_COLUMNS = ("ctx_reqs", "ctx_tokens", "gen_reqs", "gen_tokens", "elapsed_ms")
 _LINE = re.compile(
@@ -38,9 +41,14 @@ DEFAULT_BLOCK_SIZE = 128
 
 
 def read_vllm_log(path: Path, kv_capacity_tokens: int = DEFAULT_KV_CAPACITY_TOKENS,
-                  block_size: int = DEFAULT_BLOCK_SIZE, hardware: str = "", model: str = "") -> StepTimings:
+                  block_size: int = DEFAULT_BLOCK_SIZE, hardware: str = "", model: str = "",
+                  request_lengths: list[tuple[int, int]] | None = None) -> StepTimings:
+    """``request_lengths`` ((prompt, output) tokens of each request of the log, in arrival order):
+    every step's true shape, replayed (importers/vllm_schedule.py), in place of the estimates."""
     path = Path(path)
     rows = _csv_rows(path) if path.suffix == ".csv" else _log_rows(path)
+    if request_lengths is not None:
+        return _replayed(path, rows, request_lengths, hardware, model)
     kept = [r for r in rows if r["gen_tokens"] == r["gen_reqs"] and not r["dummy"]
             and r["ctx_tokens"] + r["gen_reqs"] > 0]
     if not kept:
@@ -52,6 +60,24 @@ def read_vllm_log(path: Path, kv_capacity_tokens: int = DEFAULT_KV_CAPACITY_TOKE
              "estimated": "prefill context 0 and even split per request; decode context from KV usage"}
     return StepTimings(file_source("vLLM iteration-details log (elapsed ms per engine step)", path),
                        shapes, np.array([r["elapsed_ms"] / 1e3 for r in kept]),
+                       model=model, hardware=hardware, mode="vllm", notes=notes)
+
+
+def _replayed(path: Path, rows: list[dict], lengths: list[tuple[int, int]], hardware: str,
+              model: str) -> StepTimings:
+    rows = [r for r in rows if not r["dummy"]]
+    resumed = next((i for i, r in enumerate(rows) if r["gen_tokens"] != r["gen_reqs"]), None)
+    if resumed is not None:
+        raise ValueError(f"{path}: step {resumed}: {rows[resumed]['gen_tokens']} generation tokens for "
+                         f"{rows[resumed]['gen_reqs']} requests (a resumed request): not replayed")
+    steps = [LoggedStep(r["ctx_reqs"], r["ctx_tokens"], r["gen_reqs"]) for r in rows]
+    shapes, cached = reconstruct_shapes(steps, lengths)
+    keep = [i for i, s in enumerate(shapes) if s.num_seqs]
+    notes = {"steps_read": len(rows), "steps_dropped": len(rows) - len(keep), "requests": len(lengths),
+             "reconstructed": "chunk offsets and decode contexts replayed from the requests' lengths",
+             "cached_prompt_tokens_found": cached}
+    return StepTimings(file_source("vLLM iteration-details log (elapsed ms per engine step), replayed", path),
+                       [shapes[i] for i in keep], np.array([rows[i]["elapsed_ms"] / 1e3 for i in keep]),
                        model=model, hardware=hardware, mode="vllm", notes=notes)
 
 

@@ -1,6 +1,6 @@
 """Shipped cost model files (``*.json`` beside this file) and the loader for any cost model file.
 
-A file is ``{"format": "servesim-cost-model/1", "form": "parametric" | "tables", ...}``, written by
+A file is ``{"format": "servesim-cost-model/1", "form": "parametric" | "tables" | "physics", ...}``, written by
 ``servesim fit`` (cost_models/fit/model_file.py); README.md here lists the shipped ones.
 """
 from __future__ import annotations
@@ -26,6 +26,10 @@ FORMAT = "servesim-cost-model/1"
 
 def profile_names() -> list[str]:
     return sorted(p.stem for p in PROFILES_DIR.glob("*.json"))
+
+
+def physics_profile_names() -> list[str]:
+    return [n for n in profile_names() if n.startswith("physics-")]
 
 
 def profile_path(name: str) -> Path:
@@ -152,17 +156,30 @@ def _check_precision(model, data: dict) -> None:
                              f"with {measured!r}; use kind roofline for another number format")
 
 
-def build_profiled(options: dict, model, hardware, tensor_parallel_size: int) -> StepCostModel:
-    """The ``profiled`` kind of a scenario's cost_model: ``{profile: NAME}`` or ``{path: FILE.json}``."""
+def build_profiled(options: dict, model, hardware, tensor_parallel_size: int,
+                   kind: str = "profiled") -> StepCostModel:
+    """The ``profiled`` kind of a scenario's cost_model: ``{profile: NAME}`` or ``{path: FILE.json}``;
+    kind ``physics`` is the same with a physics file only."""
     if ("profile" in options) == ("path" in options):
-        raise ValueError("cost_model: kind 'profiled' needs exactly one of profile (a shipped name) or path")
+        raise ValueError(f"cost_model: kind {kind!r} needs exactly one of profile (a shipped name) or path")
     path = profile_path(options["profile"]) if "profile" in options else Path(options["path"])
     data = read_model_file(path)
+    if kind == "physics" and data["form"] != "physics":
+        field = "profile" if "profile" in options else "path"
+        raise ValueError(f"cost_model.{field}: {options[field]!r} is a {data['form']} file, not physics "
+                         f"(physics files: {', '.join(physics_profile_names())})")
+    overhead = options.get("step_overhead_s")
+    if data["form"] == "physics":
+        from cost_models.physics_file import load_physics   # a model's config prices it
+        return load_physics(data, model, hardware, tensor_parallel_size, _overhead(overhead))
     if model is not None and data.get("model") and getattr(model, "name", None) != data["model"]:
         warnings.warn(f"cost model {data['name']!r} was measured on model {data['model']!r}, "
                       f"the scenario runs {model.name!r}", RuntimeWarning, stacklevel=2)
     _check_precision(model, data)
-    overhead = options.get("step_overhead_s")
+    return load_cost_model(data, tensor_parallel_size, _overhead(overhead))
+
+
+def _overhead(overhead):
     if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, (int, float)) or overhead < 0):
         raise ValueError(f"cost_model.step_overhead_s: {overhead!r} is not a non-negative number of seconds")
-    return load_cost_model(data, tensor_parallel_size, overhead)
+    return overhead

@@ -33,11 +33,12 @@ def cost_model_schemas() -> tuple[dict, dict]:
     """The field's schema and one definition per kind, with the options that kind accepts
     (cost_models/factory.py), tagged by ``kind`` as pydantic tags the arrival kinds."""
     from cost_models.factory import COST_MODEL_BUILDERS
-    from cost_models.profiles import profile_names
+    from cost_models.profiles import physics_profile_names, profile_names
     choices = {"profile": {"enum": profile_names()}, "path": {"type": "string"}}
     defs = {}
     for kind, entry in COST_MODEL_BUILDERS.items():
-        options = {name: choices.get(name, {"type": ["number", "null"]}) for name in entry.options}
+        kind_choices = {**choices, "profile": {"enum": physics_profile_names()}} if kind == "physics" else choices
+        options = {name: kind_choices.get(name, {"type": ["number", "null"]}) for name in entry.options}
         defs[f"CostModel_{kind}"] = {"type": "object", "required": ["kind"],
                                      "additionalProperties": False,
                                      "properties": {"kind": {"const": kind}, **options}}

@@ -82,15 +82,18 @@ def _fitted(measured: MeasuredRun, out_dir: Path, model: str, scope: str,
     source = steps.write_csv(out_dir / RUN_STEPS_FILE) if scope == "run" else steps.path
     request = FitRequest(source=source, from_vllm_log=True, model=model, name=f"fit-{measured.name}",
                          kv_capacity_tokens=kv_tokens, loss="time")
+    if scope == "run":   # the run's own requests: each step's shape replayed from their lengths
+        request = replace(request, request_lengths=tuple(zip(measured.num_prompt_tokens.tolist(),
+                                                             measured.num_output_tokens.tolist())))
     try:
-        outcome = run_fit(request)
+        outcome = _fit_replayed(request, notes)
     except ValueError as exc:
         if scope != "run" or "distinct batch shapes" not in str(exc):
             raise
         notes.append(f"the run's own {len(steps)} steps have too few distinct shapes to fit "
                      f"({str(exc).rsplit(': ', 1)[-1]}): fitted on the whole log {steps.path} instead")
         source = steps.path
-        outcome = run_fit(replace(request, source=source))
+        outcome = run_fit(replace(request, source=source, request_lengths=None))
     path = out_dir / FIT_FILE
     write_json(path, outcome.data)
     errors = outcome.data["holdout"]["errors"]["all"]
@@ -100,6 +103,19 @@ def _fitted(measured: MeasuredRun, out_dir: Path, model: str, scope: str,
                         f"{errors['mape_pct']:.1f}%, total time {errors['total_error_pct']:+.1f}%, "
                         f"written to {path}", model, None, notes)
     return outcome.data, choice
+
+
+def _fit_replayed(request: FitRequest, notes: list[str]):
+    """run_fit on the replayed shapes; where the log cannot be replayed from the requests (a
+    preempted request resumed), on the KV-usage estimates, saying so."""
+    try:
+        return run_fit(request)
+    except ValueError as exc:
+        if request.request_lengths is None or "distinct batch shapes" in str(exc):
+            raise
+        notes.append(f"the log's steps could not be replayed from the requests ({exc}): decode "
+                     f"contexts estimated from KV usage")
+        return run_fit(replace(request, request_lengths=None))
 
 
 def _set_overhead(choice: CostChoice, data: dict | None, value: str, measured: MeasuredRun) -> None:
@@ -134,6 +150,8 @@ def _own_overhead_s(data: dict | None) -> float:
         return RooflineCostModel.__dataclass_fields__["step_overhead_s"].default
     if data["form"] == "parametric":
         return float(data["coefficients"]["step_overhead_s"])
+    if data["form"] == "physics":
+        return float(data["coefficients"]["step_overhead"])
     return float(data["step_overhead"]["seconds"])
 
 

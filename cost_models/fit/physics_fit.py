@@ -1,0 +1,204 @@
+"""Fit the physics step-cost model (cost_models/physics.py) across models, and measure it leave-one-model-out.
+
+Every model measured on one GPU and mode contributes its steps; each step's features come from its
+own model's config, so the coefficients (efficiencies and overheads) are shared by all of them. The
+fit is non-negative least squares on relative error (each inverse efficiency held at 1 or more: no
+kernel beats its datasheet peak), refined towards the least absolute relative
+error (as parametric_fit: shapes weigh alike, as they do in a MAPE); ``gemm_balance`` is scanned on a
+log grid, then refined by golden section. Leave-one-model-out fits on all models but one and
+predicts that one from its config alone: the error a model never measured would see.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from cost_models.fit.nnls import nnls
+from cost_models.fit.report import family_errors
+from cost_models.fitted_range import step_counts
+from cost_models.hardware import HardwareSpec
+from cost_models.model_spec import ModelSpec
+from cost_models.physics import DEVICE, EFFICIENCY_TERMS, GEMM_TILE_CHOICES, HARNESS_LAUNCHES, TERMS, physics_work, step_time_of
+
+_BALANCE_GRID = np.geomspace(1.0, 8.0, 25)   # >= 1: with gemm >= 1, no weight read beats peak bandwidth
+_GOLDEN_STEPS = 20
+_IRLS_STEPS = 10
+_IRLS_FLOOR = 1e-3
+_BRANCH_STEPS = 20
+OVERHEAD_PRIOR = 0.03
+
+
+@dataclass(frozen=True)
+class PhysicsSamples:
+    """One model's measured steps on one GPU, mode and TP degree, with the shapes' work counts."""
+    spec: ModelSpec
+    hardware: HardwareSpec
+    tensor_parallel_size: int
+    shapes: list
+    time_s: np.ndarray
+    source: str          # where the times came from, for the model file
+    comm_s: np.ndarray | None = None   # communication inside time_s (priced apart, not fitted)
+    measured: tuple[str, ...] = TERMS   # the terms the source's times contain
+    launches: tuple[int, int, int] = HARNESS_LAUNCHES   # the measured engine's kernels per layer
+
+    @property
+    def families(self) -> list[str]:
+        return [s.kind for s in self.shapes]
+
+    def features(self, balance: float, gemm_tile_tokens: int = 1) -> np.ndarray:
+        work = physics_work(self.spec, self.hardware, self.tensor_parallel_size, self.launches, gemm_tile_tokens)
+        mask = np.array([t in self.measured for t in TERMS], float)
+        return work.feature_columns(self.counts, balance) * mask
+
+    @cached_property
+    def counts(self) -> np.ndarray:
+        return np.array([step_counts(s) for s in self.shapes], float)
+
+    def fitted_time_s(self) -> np.ndarray:
+        """The part of time_s the fitted terms explain (communication taken off)."""
+        return self.time_s if self.comm_s is None else self.time_s - self.comm_s
+
+
+@dataclass(frozen=True)
+class PhysicsFit:
+    coefficients: dict[str, float]
+    gemm_balance: float
+    train_errors: dict
+    gemm_tile_tokens: int = 1
+    loss: float = 0.0   # the training MAPE (fraction) the tile choice is made on
+
+
+def fit_physics(samples: list[PhysicsSamples], host_bound: bool = False,
+                peak_bound: bool = True, tiles: tuple[int, ...] = GEMM_TILE_CHOICES) -> PhysicsFit:
+    """The best fit_at_tile of the GEMM tile sizes ``tiles`` (the least training loss)."""
+    fits = [fit_at_tile(samples, tile, host_bound, peak_bound) for tile in tiles]
+    return min(fits, key=lambda fit: fit.loss)
+
+
+def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = False,
+                peak_bound: bool = True) -> PhysicsFit:
+    """Coefficients and gemm_balance shared by every model in ``samples``; ``host_bound`` (eager)
+    fits the host's launch time too, each step taking the longer of host and device. ``peak_bound``
+    holds every inverse efficiency at 1 or more (no kernel beats its datasheet peak), so a term the
+    fitted shapes barely exercise (the KV reads of a log of short contexts) cannot fall to 0."""
+    floor = np.array([1.0 if peak_bound and t in EFFICIENCY_TERMS else 0.0 for t in TERMS])
+    if not samples:
+        raise ValueError("physics fit: no timings to fit on")
+    y = np.concatenate([s.fitted_time_s() for s in samples])
+
+    def loss(balance: float) -> tuple[float, np.ndarray]:
+        features = _design(samples, balance, tile)
+        coef = _fit_branches(features / y[:, None], host_bound, floor)
+        residual = _predict(features, coef) / y - 1
+        return float(residual @ residual), coef
+    losses = [loss(b)[0] for b in _BALANCE_GRID]
+    best = int(np.argmin(losses))
+    lo = np.log(_BALANCE_GRID[max(best - 1, 0)])
+    hi = np.log(_BALANCE_GRID[min(best + 1, len(_BALANCE_GRID) - 1)])
+    golden = (np.sqrt(5) - 1) / 2
+    for _ in range(_GOLDEN_STEPS):
+        a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
+        if loss(np.exp(a))[0] <= loss(np.exp(b))[0]:
+            hi = b
+        else:
+            lo = a
+    balance = float(np.exp((lo + hi) / 2))
+    if losses[best] < loss(balance)[0]:
+        balance = float(_BALANCE_GRID[best])
+    features = _design(samples, balance, tile)
+    coef = _refine_l1(features / y[:, None], loss(balance)[1], host_bound, floor)
+    predicted = _predict(features, coef)
+    families = [f for s in samples for f in s.families]
+    train = family_errors(predicted, y, families, np.ones(len(y), bool))
+    loss_value = float(np.mean(np.abs(predicted / y - 1)))
+    return PhysicsFit(dict(zip(TERMS, map(float, coef))), balance, train, tile, loss_value)
+
+
+def predict(fit: PhysicsFit, samples: PhysicsSamples) -> np.ndarray:
+    """The fitted model's whole-step times for ``samples`` (communication added back)."""
+    coef = np.array([fit.coefficients[t] for t in TERMS])
+    predicted = _predict(samples.features(fit.gemm_balance, fit.gemm_tile_tokens), coef)
+    return predicted if samples.comm_s is None else predicted + samples.comm_s
+
+
+def leave_one_model_out(samples: list[PhysicsSamples], host_bound: bool = False) -> dict[str, dict]:
+    """model name -> errors per family of that model's steps, predicted by a fit on the others."""
+    names = sorted({s.spec.name for s in samples})
+    out = {}
+    for name in names:
+        rest = [s for s in samples if s.spec.name != name]
+        held = [s for s in samples if s.spec.name == name]
+        if not rest:
+            continue
+        fit = fit_physics(rest, host_bound)
+        predicted = np.concatenate([predict(fit, s) for s in held])
+        measured = np.concatenate([s.time_s for s in held])
+        families = [f for s in held for f in s.families]
+        out[name] = family_errors(predicted, measured, families, np.ones(len(measured), bool))
+    return out
+
+
+def _design(samples: list[PhysicsSamples], balance: float, tile: int) -> np.ndarray:
+    return np.vstack([s.features(balance, tile) for s in samples])
+
+
+def _predict(features: np.ndarray, coef: np.ndarray) -> np.ndarray:
+    """step_time_of (cost_models/physics.py) of every row."""
+    return step_time_of(coef, features.T)
+
+
+def _branch_design(a: np.ndarray, coef: np.ndarray | None, host_bound: bool) -> np.ndarray:
+    """The rows' features with the branch of the max that does not bind zeroed: a step bound by
+    the host keeps the overhead and the host column, one bound by the device the rest."""
+    out = a.copy()
+    out[:, -1] = 0.0
+    if not host_bound or coef is None:
+        return out
+    host = a[:, -1] * coef[-1] > a[:, DEVICE] @ coef[DEVICE]
+    out[host, DEVICE] = 0.0
+    out[host, -1] = a[host, -1]
+    return out
+
+
+def _nnls_with_prior(design: np.ndarray, weight: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """NNLS of the weighted relative rows plus one row that asks the per-step overhead to be small.
+
+    Where the data cannot tell a per-step cost from a per-layer one (every fitted model has the
+    same layer count), the tie goes to the per-layer cost, whose launch count is known; the prior
+    weighs an overhead of one median step as OVERHEAD_PRIOR**2 of squared relative error, too little to
+    move a fit the data settles.
+    """
+    prior = np.zeros((1, design.shape[1]))
+    overhead = design[:, 0][design[:, 0] > 0]   # 1 / step time on the rows that measure it
+    prior[0, 0] = OVERHEAD_PRIOR * float(np.median(overhead)) if len(overhead) else 0.0
+    a, b = np.vstack([design * weight[:, None], prior]), np.append(weight, 0.0)
+    floor = floor * (np.abs(design).sum(axis=0) > 0)   # coef = floor + x, x >= 0, on measured terms
+    return floor + nnls(a, b - a @ floor)
+
+
+def _fit_branches(a: np.ndarray, host_bound: bool, floor: np.ndarray,
+                  weight: np.ndarray | None = None) -> np.ndarray:
+    """NNLS of the max form: fit, see which branch binds each row, refit, until the branches settle."""
+    weight = np.ones(len(a)) if weight is None else weight
+    coef = _nnls_with_prior(_branch_design(a, None, False), weight, floor)
+    if not host_bound:
+        return coef
+    coef[-1] = float(np.median(1 / a[:, -1]))   # start: every row host-bound at its median rate
+    for _ in range(_BRANCH_STEPS):
+        design = _branch_design(a, coef, True)
+        new = _nnls_with_prior(design, weight, floor)
+        if np.allclose(new, coef, rtol=1e-9, atol=0):
+            break
+        coef = new
+    return coef
+
+
+def _refine_l1(a: np.ndarray, coef: np.ndarray, host_bound: bool, floor: np.ndarray) -> np.ndarray:
+    """Iteratively reweighted least squares towards the least absolute relative error."""
+    for _ in range(_IRLS_STEPS):
+        residual = _predict(a, coef) - 1
+        weight = 1 / np.sqrt(np.maximum(np.abs(residual), _IRLS_FLOOR))
+        coef = _fit_branches(a, host_bound, floor, weight)
+    return coef

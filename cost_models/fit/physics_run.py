@@ -1,0 +1,76 @@
+"""``fit --kind physics``: any mix of sources -> one GPU and mode's physics file, with its
+leave-one-model-out error per family (cost_models/physics_file.py describes the file)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from cost_models.fit.model_file import sig4
+from cost_models.fit.physics_fit import PhysicsSamples, fit_physics, leave_one_model_out
+from cost_models.fit.physics_sources import read_physics_sources
+from cost_models.fit.report import format_errors
+from cost_models.importers.forms import sha256_of
+from cost_models.fit.run import FitOutcome
+from cost_models.fitted_range import FittedRange
+from cost_models.physics import TERM_UNITS, TERMS
+from cost_models.physics_file import model_ranges
+from cost_models.profiles import FORMAT
+
+
+def run_physics_fit(sources: list[Path], mode: str | None = None, hardware: str = "",
+                    name: str | None = None) -> FitOutcome:
+    samples = read_physics_sources(sources, mode, hardware)
+    gpus = sorted({s.hardware.name for s in samples})
+    mode = mode or "kernels"
+    host_bound = mode == "eager"
+    name = name or f"physics-{'-'.join(gpus)}-{mode}"
+    fit = fit_physics(samples, host_bound)
+    lomo = leave_one_model_out(samples, host_bound)
+    data = physics_json(samples, fit, lomo, name, mode)
+    data["source"] = {"description": "; ".join(sorted({s.source for s in samples})),
+                      "files": {str(p): sha256_of(p) for p in source_files(sources)}}
+    lines = [f"{name}: physics fit of {sum(len(s.shapes) for s in samples)} steps of "
+             f"{', '.join(data['fitted_on']['models'])} on {', '.join(gpus)} ({mode})"]
+    lines += [f"  {t:<24} {sig4(v):<12} {TERM_UNITS[t]}" for t, v in fit.coefficients.items()]
+    lines.append(f"  {'gemm_balance':<24} {sig4(fit.gemm_balance)}")
+    lines.append(f"  {'gemm_tile_tokens':<24} {fit.gemm_tile_tokens}")
+    lines.append(format_errors("fitted on all models (training error)", fit.train_errors))
+    for model, errs in lomo.items():
+        lines.append(format_errors(f"leave-one-model-out: {model} predicted from the others", errs))
+    return FitOutcome(data, "\n".join(lines))
+
+
+def source_files(sources: list[Path]) -> list[Path]:
+    """The files read from each source (a profile folder's CSVs; a timings folder's timings.csv)."""
+    files = []
+    for path in map(Path, sources):
+        if (path / "meta.yaml").is_file():
+            files += [path / "meta.yaml", *sorted(path.glob("tp*/*.csv"))]
+        else:
+            files.append(path / "timings.csv" if path.is_dir() else path)
+    return files
+
+
+def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode: str) -> dict:
+    shapes = [shape for s in samples for shape in s.shapes]
+    specs = list({s.spec.name: s.spec for s in samples}.values())
+    measured = sorted({t for s in samples for t in s.measured}, key=TERMS.index)
+    launches = samples[0].launches
+    return {
+        "format": FORMAT, "form": "physics", "name": name, "model": None,
+        "hardware": samples[0].hardware.name, "mode": mode,
+        "coefficients": {t: sig4(v) for t, v in fit.coefficients.items()},
+        "gemm_balance": sig4(fit.gemm_balance), "terms": TERM_UNITS,
+        "gemm_tile_tokens": fit.gemm_tile_tokens,
+        "launches": {"other": launches[0], "per_norm": launches[1], "mixed": launches[2],
+                     "source": "kernel launches per layer of the measured engine (cost_models/physics.py)"},
+        "unmeasured_terms": [t for t in TERMS if t not in measured],
+        "fitted_on": {"gpus": sorted({s.hardware.name for s in samples}), "models": [s.name for s in specs],
+                      "tensor_parallel_sizes": sorted({s.tensor_parallel_size for s in samples}),
+                      "modes": [mode], "sources": sorted({s.source for s in samples}),
+                      "model_ranges": model_ranges(specs), "steps": len(shapes)},
+        "fitted_range": FittedRange.of_shapes(shapes).to_json(),
+        "leave_one_model_out": lomo, "train_errors": fit.train_errors,
+        "step_time_range_s": [float(np.min([s.time_s.min() for s in samples])),
+                              float(np.max([s.time_s.max() for s in samples]))]}

@@ -1,0 +1,100 @@
+"""Timings sources -> PhysicsSamples: whole-step timings, and whole-step sums of kernel profiles.
+
+- our harness's ``timings.csv`` and the H200 ``steps.csv``: whole steps, every term measured;
+- an LLMServingSim profile folder: per TP degree, the kernel sum of each attention grid point's step,
+  num_layers x (dense ops(tokens) + the measured attention) + whole-model ops + lm_head and sampler.
+  Kernel sums hold no CPU time, so the per-step overhead and the host's launches are not measured;
+- a Vidur ``mlp.csv``: per TP degree, num_layers x the non-attention operators of a step of that many
+  tokens; attention, the lm_head and the per-step overhead are not in it.
+Terms a source does not measure are left out of its rows (``measured``); the all-reduces of a
+profile are not summed in (the physics model prices communication apart, cost_models/interconnect.py).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from cost_models.batch_shape import BatchShape
+from cost_models.fit.physics_fit import PhysicsSamples
+from cost_models.fit.table_fit import fit_tables
+from cost_models.hardware import load_hardware
+from cost_models.importers import read_llmservingsim, read_step_timings, read_vidur
+from cost_models.importers.forms import read_csv_columns
+from cost_models.model_spec import load_model
+from cost_models.physics import TERMS, VLLM_LAUNCHES
+
+KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
+                    "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention")
+DENSE_TERMS = ("gemm", "activation_traffic", "layer_launch", "layer_seq")
+
+
+# The harness attends each group of a step (the chunk, the decodes) with its own SDPA call.
+HARNESS_TERMS = tuple(t for t in TERMS if t != "mixed_decode_attention")
+
+
+def from_step_timings(path: Path, model: str, mode: str, hardware: str) -> PhysicsSamples:
+    timings = read_step_timings(path, model, mode, hardware)
+    return PhysicsSamples(load_model(model), load_hardware(hardware), 1, timings.shapes, timings.time_s,
+                          f"{timings.source.description} ({', '.join(timings.source.files)})",
+                          measured=HARNESS_TERMS)
+
+
+def from_llmservingsim(profile_dir: Path) -> list[PhysicsSamples]:
+    out = []
+    for tables in read_llmservingsim(profile_dir):
+        spec, hardware = load_model(tables.model), load_hardware(tables.hardware)
+        fit = fit_tables(tables, holdout_every=0)
+        chunk, cached, n_decode, context, attention_s = tables.attention
+        shapes, times = [], []
+        for c, k, n, d, a in zip(chunk.astype(int), cached.astype(int), n_decode.astype(int),
+                                 context.astype(int), attention_s):
+            if c == 0 and n == 0:
+                continue
+            shape = BatchShape.of(([c] if c else []) + [1] * n, ([k] if c else []) + [d] * n)
+            tokens, sampled = shape.num_tokens, shape.num_sampled
+            whole = fit.whole_model(tokens) if fit.whole_model is not None else 0.0
+            shapes.append(shape)
+            times.append(spec.num_layers * (fit.layer(tokens) + a) + whole + fit.sequence(sampled))
+        out.append(PhysicsSamples(spec, hardware, tables.tensor_parallel_size, shapes, np.array(times),
+                                  f"kernel sums of {profile_dir}, tp {tables.tensor_parallel_size}",
+                                  measured=KERNEL_SUM_TERMS, launches=VLLM_LAUNCHES))
+    return out
+
+
+def from_vidur(mlp_csv: Path) -> list[PhysicsSamples]:
+    out = []
+    for tables in read_vidur(mlp_csv):
+        spec, hw = load_model(tables.model), load_hardware(tables.hardware)
+        tokens = np.unique(np.concatenate([x for x, _ in tables.layer_ops.values()]))
+        layer_s = sum(_mean_by_x(x, y, tokens) for x, y in tables.layer_ops.values())
+        shapes = [BatchShape.of([int(t)], [0], [False]) for t in tokens]
+        times = spec.num_layers * layer_s
+        out.append(PhysicsSamples(spec, hw, tables.tensor_parallel_size, shapes, times,
+                                  f"Vidur operator sums of {mlp_csv}, tp {tables.tensor_parallel_size}",
+                                  measured=DENSE_TERMS, launches=VLLM_LAUNCHES))
+    return out
+
+
+def _mean_by_x(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """y at each of ``at``: the mean of repeated x (Vidur lists some token counts twice), interpolated."""
+    xs, inverse = np.unique(x, return_inverse=True)
+    return np.interp(at, xs, np.bincount(inverse, weights=y) / np.bincount(inverse))
+
+
+def read_physics_sources(paths: list[Path], mode: str | None, hardware: str) -> list[PhysicsSamples]:
+    """Every model's samples in each source, told apart by what the path holds (run.py's rule)."""
+    out = []
+    for path in map(Path, paths):
+        if (path / "meta.yaml").is_file():
+            out += from_llmservingsim(path)
+        elif path.name == "mlp.csv":
+            out += from_vidur(path)
+        else:
+            csv_path = path / "timings.csv" if path.is_dir() else path
+            models = sorted({r["model"] for r in read_csv_columns(csv_path, ("model", "mode"))
+                             if mode is None or r["mode"] == mode})
+            if not models:
+                raise ValueError(f"{csv_path}: no rows with mode {mode!r}")
+            out += [from_step_timings(csv_path, m, mode, hardware) for m in models]
+    return out

@@ -1,0 +1,223 @@
+"""A physics step-cost model: the roofline's terms per layer, with fitted efficiencies and overheads.
+
+    time = sum over TERMS of coefficient x feature + tensor-parallel all-reduces
+
+Each feature is a count of work from the model's config (ModelSpec) and the step's work counts,
+turned into seconds at the GPU's datasheet peak (FLOPs / bf16_flops, bytes / memory bandwidth) or
+left as a count of launches; its coefficient is then an inverse efficiency (1 / fraction of peak) or
+an overhead in seconds. The coefficients belong to a GPU and engine mode, not to a model: fitted
+non-negative across every model measured there (cost_models/fit/physics_fit.py), they price a model
+never measured from its config alone.
+
+- ``gemm``: every projection group of every layer (QKV, O, gate_up, down), and the lm_head over
+  the sampled rows, runs at
+  max(FLOPs / peak, gemm_balance x weight bytes / bandwidth): weight-bound at few tokens,
+  compute-bound at many; ``gemm_balance`` (the one non-linear parameter: compute over bandwidth
+  efficiency) places each group's knee, which moves with the group's shape; the FLOPs count the
+  tokens rounded up to whole GEMM tiles (``gemm_tile_tokens``, 1 for none).
+- ``activation_traffic``: the hidden-state and activation bytes of each token through each layer
+  (norms, residual adds, RoPE, the MLP activation).
+- ``prefill_attention``: causal (query, key) pairs of the prefill chunks, FLOPs at peak.
+- ``decode_kv_read`` / ``prefill_kv_read``: K and V bytes the decodes read over their context, and
+  the prefills over their cached context.
+- ``layer_launch``: one per layer per step (a step's fixed cost of launching each layer's kernels:
+  large eager, small under CUDA graphs).
+- ``layer_seq``: one per layer per sequence (attention kernels' per-sequence set-up).
+- ``logits``: the fp32 logits of each sampled row written and read by the sampler.
+- ``mixed_decode_attention``: the decodes' (query, key) pairs in a step that also prefills, FLOPs at
+  peak. An engine that runs the whole mixed batch through one variable-length prefill kernel
+  (vLLM's FlashAttention) gives each decode a query tile sized for a chunk, so its attention is
+  bound by padded compute, not by its KV reads (0 where decodes get their own kernel).
+- ``step_overhead``: one per step (scheduling, input preparation, sampled-token sync).
+- ``host_launch``: the host's time to issue one kernel, x every kernel of the step. Eager, the
+  host issues kernels while the GPU runs earlier ones, so a step takes the longer of the two:
+  step_overhead + max(host_launch x launches, device terms). Under CUDA graphs it is 0.
+Communication at tensor_parallel_size > 1 is the roofline's all-reduce (cost_models/interconnect.py),
+added as it is, not fitted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
+from cost_models.base import decode_steps_time_s
+from cost_models.batch_shape import BatchShape
+from cost_models.fitted_range import FittedRange, decode_counts, step_counts
+from cost_models.hardware import HardwareSpec
+from cost_models.memory import check_tensor_parallel_size
+from cost_models.model_spec import ModelSpec
+from cost_models.roofline import LOGIT_BYTES, _activation_elements_per_token
+
+# Kernel launches of the plain-PyTorch harness (calibration/decoder.py, unfused norm, as the H200
+# reference): besides the norms, QKV 1, RoPE 5 on q and 5 on k, attention 4 (two KV-cache writes,
+# SDPA, the output copy), O 1, two residual adds, gate_up 1, SiLU 1, mul 1, down 1 = 22; one unfused
+# RMSNorm 8 (upcast, pow, mean, add, rsqrt, mul, downcast, weight mul); a step that both prefills
+# and decodes attends in two groups: 4 more, and 1 to concatenate their outputs.
+HARNESS_LAUNCHES = (22, 8, 5)
+# vLLM's fused kernels: besides the norms, QKV 1, RoPE 1, KV-cache write 1, attention 1, O 1,
+# gate_up 1, SiLU-and-mul 1, down 1 = 8; one (fused add +) RMSNorm 1; a mixed batch is one
+# variable-length attention call.
+VLLM_LAUNCHES = (8, 1, 0)
+# Rows of one GEMM tile that a fit may find (1: no rounding): a step's GEMMs compute its tokens
+# rounded up to whole tiles (the LLMServingSim RTX PRO 6000 dense tables step up every 128 tokens:
+# 2.1 ms at 1,872 tokens, 2.4 ms at 1,936).
+GEMM_TILE_CHOICES = (1, 64, 128)
+TERMS = ("step_overhead", "gemm", "activation_traffic", "prefill_attention", "decode_kv_read",
+         "prefill_kv_read", "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
+         "host_launch")
+# Terms whose coefficient is 1 / a fraction of a datasheet peak, so at least 1 where the peak holds.
+EFFICIENCY_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
+                    "lm_head", "logits", "mixed_decode_attention")
+# The device terms: every term but the per-step overhead and the host's launch time.
+DEVICE = slice(1, len(TERMS) - 1)
+TERM_UNITS = {
+    "step_overhead": "s per step", "gemm": "1 / efficiency (of peak FLOP/s, or of bandwidth / gemm_balance)",
+    "activation_traffic": "1 / bandwidth efficiency", "prefill_attention": "1 / FLOP/s efficiency",
+    "decode_kv_read": "1 / bandwidth efficiency", "prefill_kv_read": "1 / bandwidth efficiency",
+    "layer_launch": "s per layer per step", "layer_seq": "s per layer per sequence",
+    "lm_head": "1 / efficiency (as gemm)", "logits": "1 / bandwidth efficiency",
+    "mixed_decode_attention": "1 / FLOP/s efficiency of a decode's (query, key) pairs in a prefill kernel",
+    "host_launch": "s per kernel launch on the host (eager; 0 under CUDA graphs)"}
+
+
+@dataclass(frozen=True, slots=True)
+class PhysicsWork:
+    """One model's per-rank work constants on one GPU: the features of a step are these times its
+    work counts (features())."""
+    groups: tuple           # (FLOPs per token / peak, weight bytes / bandwidth) per projection group
+    lm_head: tuple          # the same for the lm_head, per sampled row
+    activation_s_per_token: float
+    attention_s_per_pair: float
+    kv_s_per_token: float
+    logit_s_per_row: float
+    num_layers: int
+    launches_per_layer: float
+    mixed_launches_per_layer: float   # more, in a step that both prefills and decodes
+    gemm_tile_tokens: int
+
+    def features(self, counts: tuple, gemm_balance: float) -> np.ndarray:
+        """The TERMS features of one step's work counts."""
+        return np.array(self.feature_list(counts, gemm_balance, max))
+
+    def feature_columns(self, counts: np.ndarray, gemm_balance: float) -> np.ndarray:
+        """features() of every row of a (steps x 8) array of work counts, as one array."""
+        return np.column_stack(np.broadcast_arrays(*self.feature_list(counts.T.astype(float), gemm_balance,
+                                                                      np.maximum)))
+
+    def feature_list(self, counts, gemm_balance: float, maximum) -> list:
+        """The one rule for the features, on scalars (``maximum`` = max) or on columns (np.maximum)."""
+        (tokens, decode_ctx, num_decodes, pairs, prefill_ctx, num_prefills, num_sampled, num_seqs) = counts
+        tile = self.gemm_tile_tokens
+        tiled = -(-tokens // tile) * tile   # a GEMM computes whole tiles of rows
+        gemm = sum(maximum(f * tiled, gemm_balance * w) for f, w in self.groups) * (tokens > 0)
+        f, w = self.lm_head
+        lm_head = maximum(f * num_sampled, gemm_balance * w) * (num_sampled > 0)
+        layers = self.num_layers * (num_seqs > 0)
+        mixed = (num_prefills > 0) * (num_decodes > 0)
+        launches = (self.launches_per_layer + self.mixed_launches_per_layer * mixed) * layers
+        return [1.0, gemm, self.activation_s_per_token * tokens, self.attention_s_per_pair * pairs,
+                self.kv_s_per_token * (decode_ctx + num_decodes), self.kv_s_per_token * prefill_ctx,
+                launches, layers * num_seqs, lm_head, self.logit_s_per_row * num_sampled,
+                self.attention_s_per_pair * (decode_ctx + num_decodes) * (num_prefills > 0), launches]
+
+
+def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
+                 launches: tuple[int, int, int] = HARNESS_LAUNCHES, gemm_tile_tokens: int = 1) -> PhysicsWork:
+    """The work constants of ``spec`` on one of ``tp`` ranks of ``hardware``, at datasheet peaks."""
+    flops, bandwidth, b = hardware.bf16_flops, hardware.memory_bandwidth_Bps, spec.dtype_bytes
+    layers, hidden = spec.num_layers, spec.hidden_size
+    mats = 3 if spec.mlp_kind == "swiglu" else 2
+    ffn = spec.moe_intermediate_size * spec.num_experts_per_tok if spec.is_moe else spec.intermediate_size
+    ffn_weights = spec.mlp_params_per_layer if spec.is_moe else mats * hidden * ffn
+    group_params = (  # (params a token touches, params read) of one layer's group on one rank
+        (hidden * (spec.q_size + 2 * spec.kv_size),) * 2, (spec.q_size * hidden,) * 2,
+        ((mats - 1) * hidden * ffn, (mats - 1) / mats * ffn_weights), (ffn * hidden, ffn_weights / mats))
+    groups = tuple((2 * layers * p / tp / flops, layers * w * b / tp / bandwidth) for p, w in group_params)
+    vocab = spec.vocab_size
+    return PhysicsWork(
+        groups=groups,
+        lm_head=(2 * hidden * vocab / tp / flops, hidden * vocab * b / tp / bandwidth),
+        activation_s_per_token=layers * b * _activation_elements_per_token(spec, tp) / bandwidth,
+        attention_s_per_pair=2 * 2 * spec.q_size * layers / tp / flops,
+        kv_s_per_token=spec.kv_bytes_per_token(tp) / bandwidth,
+        logit_s_per_row=2 * vocab * LOGIT_BYTES / tp / bandwidth,
+        num_layers=layers, launches_per_layer=launches_per_layer(spec, launches),
+        mixed_launches_per_layer=launches[2],
+        gemm_tile_tokens=gemm_tile_tokens)
+
+
+def launches_per_layer(spec: ModelSpec, launches: tuple[int, int, int]) -> int:
+    """Kernel launches of one layer: ``launches`` = (launches besides the RMSNorms, launches of one
+    RMSNorm, more in a mixed step); a layer runs two RMSNorms, four with QK-norm (on the queries and
+    on the keys)."""
+    other, per_norm, _ = launches
+    return other + per_norm * (4 if spec.qk_norm else 2)
+
+
+def step_time_of(coef: np.ndarray, features: np.ndarray):
+    """The physics rule: overhead + the longer of the host's launches and the device's work; of one
+    step's features, or of columns (features of many steps, one per column)."""
+    device_s = coef[DEVICE] @ features[DEVICE]
+    return coef[0] * features[0] + np.maximum(coef[-1] * features[-1], device_s)
+
+
+@dataclass(frozen=True)
+class PhysicsCostModel:
+    """time = coefficients . features(step) + all-reduces; see the module docstring."""
+    model: ModelSpec
+    hardware: HardwareSpec
+    coefficients: dict[str, float]
+    gemm_balance: float
+    tensor_parallel_size: int = 1
+    fitted_range: FittedRange | None = None
+    name: str = "physics"
+    launches: tuple[int, int, int] = HARNESS_LAUNCHES   # the engine's kernels (launches_per_layer)
+    gemm_tile_tokens: int = 1
+    _work: PhysicsWork = field(init=False, repr=False, compare=False)
+    _coef: np.ndarray = field(init=False, repr=False, compare=False)
+    _allreduce: tuple = field(init=False, repr=False, compare=False)
+    _warned: list = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_tensor_parallel_size(self.model, self.tensor_parallel_size)
+        for term in TERMS:
+            value = self.coefficients.get(term)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
+                raise ValueError(f"coefficients.{term}: {value!r} is not a non-negative number")
+        if isinstance(self.gemm_balance, bool) or not isinstance(self.gemm_balance, (int, float)) \
+                or not self.gemm_balance > 0:
+            raise ValueError(f"gemm_balance: {self.gemm_balance!r} is not a positive number")
+        object.__setattr__(self, "_work", physics_work(self.model, self.hardware, self.tensor_parallel_size,
+                                                        self.launches, self.gemm_tile_tokens))
+        object.__setattr__(self, "_coef", np.array([float(self.coefficients[t]) for t in TERMS]))
+        object.__setattr__(self, "_allreduce", (allreduces_per_step(self.model.num_layers, self.tensor_parallel_size),
+                                                self.model.hidden_size * self.model.dtype_bytes))
+        object.__setattr__(self, "_warned", [self.fitted_range is None])
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        counts = step_counts(shape)
+        if not self._warned[0]:
+            self.fitted_range.warn_once(self.name, shape, counts, self._warned)
+        return self._time_s(counts)
+
+    def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
+                            num_steps: int) -> list[float]:
+        """step_time_s of a run of decode steps (cost_models.base): _time_s of each step's counts;
+        step by step through step_time_s when a step may leave the fitted range."""
+        last = num_steps - 1
+        if not self._warned[0] and self.fitted_range.outside(
+                None, decode_counts(num_seqs, context_sum + last * num_seqs), longest + last + 1):
+            return decode_steps_time_s(self, num_seqs, context_sum, longest, num_steps)
+        return [self._time_s(decode_counts(num_seqs, context_sum + i * num_seqs)) for i in range(num_steps)]
+
+    def _time_s(self, counts: tuple) -> float:
+        time_s = float(step_time_of(self._coef, self._work.features(counts, self.gemm_balance)))
+        return time_s + self._allreduce_s(counts[0]) if counts[-1] else time_s
+
+    def _allreduce_s(self, tokens: int) -> float:
+        """The step's all-reduces over the GPU's link (cost_models/interconnect.py)."""
+        count, bytes_per_token = self._allreduce
+        return count * ring_allreduce_s(bytes_per_token * tokens, self.tensor_parallel_size,
+                                        self.hardware) if count else 0.0
