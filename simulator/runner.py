@@ -113,7 +113,7 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
                 check_blocks_fit_memory(blocks, pool.TABLE_BYTES_PER_BLOCK, run.label, replicas, limit)
         check_requests_fit_memory(*_requests_asked(scenario.workload), limit)
         rng = np.random.default_rng(scenario.seed)   # the run's one generator
-        trace = generate_workload(scenario.workload, rng)
+        trace = generate_workload(scenario.workload, rng, model.max_model_len)
         check_run_fits_memory(len(trace), trace.max_output_tokens,
                               scenario.metrics.record_itl_gaps, limit)
         rng_state = rng.bit_generator.state if scenario.engine.speculative is not None else None

@@ -88,3 +88,19 @@ def test_sessions_refuse_what_would_send_turns_out_of_order(extra, clash):
 def test_a_session_workload_reproduces_from_its_seed():
     a, b = (prepare(validate_scenario(raw(num_turns=3, sessions=5))).trace for _ in range(2))
     assert a.fingerprint() == b.fingerprint()
+
+
+def test_prompt_lengths_follow_the_history_without_building_it():
+    # Turn k's prompt: system + messages 1..k + answers 1..k-1 (rows session by session).
+    from simulator.workload.sessions import session_prompt_lens
+    lens = session_prompt_lens(16, np.array([3, 2]), np.array([20, 5, 7, 1, 2]),
+                               np.array([30, 4, 9, 8, 6]))
+    assert lens.tolist() == [36, 36 + 30 + 5, 71 + 4 + 7, 17, 17 + 8 + 2]
+
+
+def test_sessions_past_the_context_are_refused_before_their_histories_are_built():
+    # 1,000 turns of ~50 tokens resend ~25 M tokens of history per session: refused from the
+    # lengths alone, with the context-length refusal every workload gets.
+    scenario = raw(num_turns=1000, sessions=20)
+    with pytest.raises(ScenarioError, match=r"^workload: request \d+ has a \d+-token prompt, longer than"):
+        prepare(validate_scenario(scenario))

@@ -164,10 +164,13 @@ class WorkloadSpec:
                              f"turn after the last; prompt_len is a turn's new message)")
 
 
-def generate_workload(spec: WorkloadSpec, rng: np.random.Generator) -> WorkloadTrace:
-    """Generate the requests of ``spec``, drawing from ``rng`` in the documented order."""
+def generate_workload(spec: WorkloadSpec, rng: np.random.Generator,
+                      max_prompt_tokens: int | None = None) -> WorkloadTrace:
+    """Generate the requests of ``spec``, drawing from ``rng`` in the documented order.
+    ``max_prompt_tokens``: the model's context, past which sessions' prompts are not built (the
+    run is refused for its lengths; simulator/workload/sessions.py)."""
     if spec.sessions is not None:
-        trace = _session_workload(spec, rng)
+        trace = _session_workload(spec, rng, max_prompt_tokens)
     elif spec.is_trace:
         trace = _trace_workload(spec)
     elif spec.num_requests is not None:
@@ -209,7 +212,8 @@ def _lengths(spec: WorkloadSpec, n: int, rng: np.random.Generator
     return prompt, spec.output_len.sample(n, rng), None
 
 
-def _session_workload(spec: WorkloadSpec, rng: np.random.Generator) -> WorkloadTrace:
+def _session_workload(spec: WorkloadSpec, rng: np.random.Generator,
+                      max_prompt_tokens: int | None) -> WorkloadTrace:
     """Sessions (simulator/workload/sessions.py): ``num_requests`` counts sessions."""
     if spec.num_requests is not None:
         starts_s = None
@@ -223,7 +227,8 @@ def _session_workload(spec: WorkloadSpec, rng: np.random.Generator) -> WorkloadT
     output_lens = spec.output_len.sample(total, rng)
     if starts_s is None:
         starts_s = spec.arrival.arrival_times_s(num_sessions, rng)
-    rows = session_rows(spec.sessions, num_turns, user_lens, output_lens, starts_s, rng)
+    rows = session_rows(spec.sessions, num_turns, user_lens, output_lens, starts_s, rng,
+                        max_prompt_tokens)
     return WorkloadTrace(rows.starts_s, rows.num_prompt_tokens, rows.max_output_tokens,
                          rows.prompt_token_ids, sessions=rows.columns)
 

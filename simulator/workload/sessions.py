@@ -57,23 +57,38 @@ class SessionsSpec:
 
 @dataclass(frozen=True, eq=False)
 class SessionRows:
-    """Every turn of every session, as the trace's columns."""
+    """Every turn of every session, as the trace's columns (``prompt_token_ids`` None where a
+    prompt outgrows the limit the rows were made for: such a workload is refused, unbuilt)."""
     starts_s: np.ndarray
-    prompt_token_ids: tuple[tuple[int, ...], ...]
+    num_prompt_tokens: np.ndarray
+    prompt_token_ids: tuple[tuple[int, ...], ...] | None
     max_output_tokens: np.ndarray
     columns: SessionColumns
 
-    @property
-    def num_prompt_tokens(self) -> np.ndarray:
-        return np.fromiter(map(len, self.prompt_token_ids), np.int64, len(self.prompt_token_ids))
+
+def session_prompt_lens(system_len: int, num_turns: np.ndarray, user_lens: np.ndarray,
+                        output_lens: np.ndarray) -> np.ndarray:
+    """Each turn's prompt length: the system prompt, the session's messages so far and the
+    answers before this turn (turn k resends turn k-1's prompt and answer)."""
+    first = np.repeat(np.cumsum(num_turns) - num_turns, num_turns)   # each row's session start
+    users = np.cumsum(user_lens)
+    users = users - (users[first] - user_lens[first])                  # messages up to each row
+    answers = np.cumsum(output_lens) - output_lens                     # answers before each row
+    answers = answers - answers[first]
+    return (system_len + users + answers).astype(np.int64)
 
 
 def session_rows(spec: SessionsSpec, num_turns: np.ndarray, user_lens: np.ndarray,
-                 output_lens: np.ndarray, starts_s: np.ndarray, rng: np.random.Generator) -> SessionRows:
+                 output_lens: np.ndarray, starts_s: np.ndarray, rng: np.random.Generator,
+                 max_prompt_tokens: int | None = None) -> SessionRows:
     """The turns of sessions starting at ``starts_s`` with ``num_turns`` turns each; ``user_lens``
-    and ``output_lens`` give every turn, session by session."""
+    and ``output_lens`` give every turn, session by session. Past ``max_prompt_tokens`` (the
+    model's context) no prompt's token ids are built: resent histories grow with the square of
+    the turns, and no engine runs such a workload."""
     system = tuple(rng.integers(0, USER_VOCAB, spec.system_prompt_len).tolist())
     flat = rng.integers(0, USER_VOCAB, int(user_lens.sum())).tolist()
+    lens = session_prompt_lens(spec.system_prompt_len, num_turns, user_lens, output_lens)
+    build = max_prompt_tokens is None or lens.max(initial=0) <= max_prompt_tokens
     ids, turn, parent, arrival, used = [], [], [], [], 0
     row = 0
     for session, count in enumerate(num_turns.tolist()):
@@ -82,11 +97,12 @@ def session_rows(spec: SessionsSpec, num_turns: np.ndarray, user_lens: np.ndarra
             n_user = int(user_lens[row])
             message = tuple(flat[used:used + n_user])
             used += n_user
-            if k:
-                previous = ids[-1]
-                prompt = previous + answer_token_ids(answer_key(previous), 0,
-                                                     int(output_lens[row - 1]))
-            ids.append(prompt + message)
+            if build:
+                if k:
+                    previous = ids[-1]
+                    prompt = previous + answer_token_ids(answer_key(previous), 0,
+                                                         int(output_lens[row - 1]))
+                ids.append(prompt + message)
             turn.append(k + 1)
             parent.append(row - 1 if k else -1)
             arrival.append(starts_s[session])
@@ -94,5 +110,5 @@ def session_rows(spec: SessionsSpec, num_turns: np.ndarray, user_lens: np.ndarra
     turn_arr = np.asarray(turn, np.int64)
     think = np.where(turn_arr > 1, float(spec.think_time_s), 0.0)
     columns = SessionColumns(turn_arr, np.asarray(parent, np.int64), think)
-    return SessionRows(np.asarray(arrival, np.float64), tuple(ids),
+    return SessionRows(np.asarray(arrival, np.float64), lens, tuple(ids) if build else None,
                        np.asarray(output_lens, np.int64), columns)
