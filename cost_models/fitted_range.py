@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import asdict, dataclass
 
+from cost_models.base import decode_steps_time_s
 from cost_models.batch_shape import BatchShape
 
 
@@ -51,6 +52,31 @@ class FittedRange:
         return cls(max_tokens=max(s.num_tokens for s in shapes),
                    max_seqs=max(s.num_seqs for s in shapes),
                    max_context=max(s.longest_sequence for s in shapes if s.num_seqs))
+
+
+class PricedByCounts:
+    """What a fitted form that prices a step from its work counts alone shares (the parametric
+    and physics models): one warning outside ``fitted_range``, and runs of decode steps. The
+    form gives ``name``, ``fitted_range``, ``_warned`` ([True] when nothing is to be warned of)
+    and ``_time_s(counts)``."""
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        counts = step_counts(shape)
+        if not self._warned[0]:
+            self.fitted_range.warn_once(self.name, shape, counts, self._warned)
+        return self._time_s(counts)
+
+    def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
+                            num_steps: int) -> list[float]:
+        """step_time_s of a run of decode steps with the same rows (cost_models.base): _time_s of
+        each step's counts; step by step through step_time_s when a step may leave the fitted
+        range, so the warning names the first such step."""
+        last = num_steps - 1
+        if not self._warned[0] and self.fitted_range.outside(
+                None, decode_counts(num_seqs, context_sum + last * num_seqs), longest + last + 1):
+            return decode_steps_time_s(self, num_seqs, context_sum, longest, num_steps)
+        return [self._time_s(decode_counts(num_seqs, context_sum + i * num_seqs))
+                for i in range(num_steps)]
 
 
 def step_counts(shape: BatchShape) -> tuple[float, ...]:

@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.base import decode_steps_time_s
-from cost_models.batch_shape import BatchShape
 # FittedRange and the work counts serve the table form too (cost_models/profiled.py); they live in
 # their own module so that a table model's run does not create this module's class.
-from cost_models.fitted_range import FittedRange, decode_counts, step_counts  # noqa: F401 (re-exported)
+from cost_models.fitted_range import (FittedRange, PricedByCounts, decode_counts,  # noqa: F401 (re-exported)
+                                      step_counts)
 
 
 # Linear terms in the order of the feature vector after the knee term.
@@ -54,7 +53,7 @@ def design_matrix(counts: np.ndarray, knee_tokens: float) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class ParametricCostModel:
+class ParametricCostModel(PricedByCounts):
     """time = sum of TERMS coefficients x work counts; see the module docstring."""
     coefficients: dict[str, float]
     knee_tokens: float
@@ -80,24 +79,6 @@ class ParametricCostModel:
     def weight_read_s(self) -> float:
         """The floor a small step pays for the knee term: the fitted weight-streaming time."""
         return self.coefficients["linear_s_per_token"] * self.knee_tokens
-
-    def step_time_s(self, shape: BatchShape) -> float:
-        counts = step_counts(shape)
-        if not self._warned[0]:
-            self.fitted_range.warn_once(self.name, shape, counts, self._warned)
-        return self._time_s(counts)
-
-    def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
-                            num_steps: int) -> list[float]:
-        """step_time_s of a run of decode steps with the same rows (cost_models.base): _time_s of
-        each step's counts; step by step through step_time_s when a step may leave the fitted
-        range, so the warning names the first such step."""
-        last = num_steps - 1
-        if not self._warned[0] and self.fitted_range.outside(
-                None, decode_counts(num_seqs, context_sum + last * num_seqs), longest + last + 1):
-            return decode_steps_time_s(self, num_seqs, context_sum, longest, num_steps)
-        return [self._time_s(decode_counts(num_seqs, context_sum + i * num_seqs))
-                for i in range(num_steps)]
 
     def _time_s(self, counts: tuple) -> float:
         c = self._coef

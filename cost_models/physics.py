@@ -42,9 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
-from cost_models.base import decode_steps_time_s
-from cost_models.batch_shape import BatchShape
-from cost_models.fitted_range import FittedRange, decode_counts, step_counts
+from cost_models.fitted_range import FittedRange, PricedByCounts
 from cost_models.hardware import HardwareSpec
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
@@ -164,7 +162,7 @@ def step_time_of(coef: np.ndarray, features: np.ndarray):
 
 
 @dataclass(frozen=True)
-class PhysicsCostModel:
+class PhysicsCostModel(PricedByCounts):
     """time = coefficients . features(step) + all-reduces; see the module docstring."""
     model: ModelSpec
     hardware: HardwareSpec
@@ -195,22 +193,6 @@ class PhysicsCostModel:
         object.__setattr__(self, "_allreduce", (allreduces_per_step(self.model.num_layers, self.tensor_parallel_size),
                                                 self.model.hidden_size * self.model.dtype_bytes))
         object.__setattr__(self, "_warned", [self.fitted_range is None])
-
-    def step_time_s(self, shape: BatchShape) -> float:
-        counts = step_counts(shape)
-        if not self._warned[0]:
-            self.fitted_range.warn_once(self.name, shape, counts, self._warned)
-        return self._time_s(counts)
-
-    def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
-                            num_steps: int) -> list[float]:
-        """step_time_s of a run of decode steps (cost_models.base): _time_s of each step's counts;
-        step by step through step_time_s when a step may leave the fitted range."""
-        last = num_steps - 1
-        if not self._warned[0] and self.fitted_range.outside(
-                None, decode_counts(num_seqs, context_sum + last * num_seqs), longest + last + 1):
-            return decode_steps_time_s(self, num_seqs, context_sum, longest, num_steps)
-        return [self._time_s(decode_counts(num_seqs, context_sum + i * num_seqs)) for i in range(num_steps)]
 
     def _time_s(self, counts: tuple) -> float:
         time_s = float(step_time_of(self._coef, self._work.features(counts, self.gemm_balance)))
