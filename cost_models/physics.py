@@ -59,8 +59,7 @@ HARNESS_LAUNCHES = (22, 8, 5)
 # variable-length attention call.
 VLLM_LAUNCHES = (8, 1, 0)
 # Rows of one GEMM tile that a fit may find (1: no rounding): a step's GEMMs compute its tokens
-# rounded up to whole tiles (the LLMServingSim RTX PRO 6000 dense tables step up every 128 tokens:
-# 2.1 ms at 1,872 tokens, 2.4 ms at 1,936).
+# rounded up to whole tiles, as measured dense tables step (cost_models/profiles/README.md).
 GEMM_TILE_CHOICES = (1, 64, 128)
 TERMS = ("step_overhead", "gemm", "activation_traffic", "prefill_attention", "decode_kv_read",
          "prefill_kv_read", "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",

@@ -109,7 +109,7 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
             runs = [_with_pools(scenario, model, hardware, run) for run in runs]
         for run in runs:
             pool = run.scheduler_cls.kv_cache_class(run.options)
-            for blocks, replicas in _replica_blocks(scenario, run):
+            for blocks, replicas, _ in _replica_pools(scenario, run, cost):
                 check_blocks_fit_memory(blocks, pool.TABLE_BYTES_PER_BLOCK, run.label, replicas, limit)
         check_requests_fit_memory(*_requests_asked(scenario.workload), limit)
         rng = np.random.default_rng(scenario.seed)   # the run's one generator
@@ -128,11 +128,13 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
     return prepared
 
 
-def _replica_blocks(scenario: Scenario, run: PreparedRun) -> list[tuple[int, int]]:
-    """(KV blocks per replica, replicas) of each pool of the run (one pool when co-located)."""
+def _replica_pools(scenario: Scenario, run: PreparedRun,
+                   cost_model: StepCostModel) -> list[tuple[int, int, StepCostModel]]:
+    """(KV blocks per replica, replicas, cost model) of each pool of the run: P/D's two, or the
+    scenario's co-located replicas on ``cost_model``."""
     if run.pools:
-        return [(pool.num_gpu_blocks, pool.num_replicas) for pool in run.pools]
-    return [(run.num_gpu_blocks, scenario.engine.num_replicas)]
+        return [(pool.num_gpu_blocks, pool.num_replicas, pool.cost_model) for pool in run.pools]
+    return [(run.num_gpu_blocks, scenario.engine.num_replicas, cost_model)]
 
 
 def _with_proposer(cost: StepCostModel, scenario: Scenario, model: ModelSpec,
@@ -390,8 +392,7 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     ProgressBar (engine/progress.py) told of finished requests; it only counts them."""
     scenario, trace = prepared.scenario, prepared.trace
     context = _run_context(prepared, run)
-    pools = ([(p.num_gpu_blocks, p.num_replicas, p.cost_model) for p in run.pools] if run.pools
-             else [(run.num_gpu_blocks, scenario.engine.num_replicas, prepared.cost_model)])
+    pools = _replica_pools(scenario, run, prepared.cost_model)
     schedulers = [run.scheduler_cls(run.options, run.make_kv_cache(blocks), context)
                   for blocks, replicas, _ in pools for _ in range(replicas)]
     cost_models = [cost for _, replicas, cost in pools for _ in range(replicas)]

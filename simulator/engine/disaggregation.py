@@ -61,17 +61,17 @@ class Transfers:
         self._pulling: dict[Request, tuple] = {}   # request -> (the prefill replica, its copy)
         self.num_pulls, self.pull_s_sum = 0, 0.0
 
-    def prefill_copy(self, request: Request) -> Request:
+    @staticmethod
+    def prefill_copy(request: Request) -> Request:
         """What the proxy sends a prefill replica: the prompt with max_tokens 1, its blocks kept
         after it finishes for the decode side to read (rule D1)."""
-        copy = Request(request.request_id, request.arrival_s, request.num_prompt_tokens, 1,
+        return Request(request.request_id, request.arrival_s, request.num_prompt_tokens, 1,
                        prompt_token_ids=request.prompt_token_ids, priority=request.priority,
                        do_remote_decode=True)
-        self._pending[copy] = (None, request)
-        return copy
 
-    def sent(self, copy: Request, replica) -> None:
-        self._pending[copy] = (replica, self._pending[copy][1])
+    def sent(self, copy: Request, replica, request: Request) -> None:
+        """``copy`` of ``request`` went to the prefill ``replica``."""
+        self._pending[copy] = (replica, request)
 
     def hand_over(self, copy: Request) -> Request:
         """The prefill replica finished ``copy``: its request goes to a decode replica, which

@@ -152,10 +152,12 @@ class Simulation:
             self.first_sent_s = now_s
         self.num_in_flight += 1
         if self.transfers is not None:
-            request = self.transfers.prefill_copy(request)
-        replica = self.route(request)
-        if self.transfers is not None:
-            self.transfers.sent(request, replica)
+            copy = self.transfers.prefill_copy(request)
+            replica = self.route(copy)
+            self.transfers.sent(copy, replica, request)
+            request = copy
+        else:
+            replica = self.route(request)
         replica.scheduler.add(request)
         replica.notify()
 
@@ -232,7 +234,7 @@ class Simulation:
             if not num_sampled or watchdog.steps_without_token:   # else observe() changes nothing
                 watchdog.observe(num_sampled, batch.num_preempted, scheduler)
             if finished:
-                if replica.pool is PREFILL:
+                if replica.pool == PREFILL:
                     self._prefilled(finished)
                 else:
                     self._on_finished(finished, end_s)

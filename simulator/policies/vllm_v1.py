@@ -167,9 +167,7 @@ class VllmV1Scheduler(Scheduler):
                 break  # waiting requests never preempt (rule 1.2 B7)
             self.waiting.pop()
             if computed == 0:
-                kv.record_admission(request, num_hit)
-                if request.num_preemptions == 0:   # vLLM sets it at the first admission only
-                    request.num_cached_tokens = num_hit
+                self._record_lookup(request, num_hit)
                 request.num_computed_tokens = num_hit
             self.admit(request, now_s)
             batch.add(request, n)
@@ -188,12 +186,18 @@ class VllmV1Scheduler(Scheduler):
         if not self._admission_fits(request, num_hit) or not self.kv.allocate(
                 request, request.num_tokens - num_hit, num_hit_tokens=num_hit):
             return False
-        self.kv.record_admission(request, num_hit)
-        request.num_cached_tokens = num_hit
+        self._record_lookup(request, num_hit)
         request.do_remote_prefill = False
         request.status = _REMOTE_KVS
         self.kv_pulls.append(request)
         return True
+
+    def _record_lookup(self, request: Request, num_hit: int) -> None:
+        """An admission's prefix-cache lookup (a pull's too, rule D2): the cache's metrics, and
+        num_cached_tokens, which vLLM sets at the first admission only."""
+        self.kv.record_admission(request, num_hit)
+        if request.num_preemptions == 0:
+            request.num_cached_tokens = num_hit
 
     def _admission_fits(self, request: Request, num_hit: int) -> bool:
         """Newer V1 gates (rule 2.3): room for the whole prompt, plus watermark if others run."""
