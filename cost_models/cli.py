@@ -31,7 +31,11 @@ from cost_models.profiles import PROFILES_DIR, profile_names
 @click.option("--hardware", default="", help="hardware preset, recorded and used for the roofline comparison")
 @click.option("--name", help="name recorded in the file (default: HARDWARE-MODEL-MODE)")
 @click.option("--all-reduce", type=click.Path(path_type=Path), help="Vidur network all_reduce.csv (with mlp.csv)")
-def fit_command(source, kind, vllm_log, out, holdout_every, plot, model, mode, hardware, name, all_reduce):
+@click.option("--request-lengths", type=click.Path(path_type=Path),
+              help="--kind physics with a vLLM log: CSV of prompt_tokens, output_tokens per request, in "
+                   "arrival order, to replay each logged step's shape")
+def fit_command(source, kind, vllm_log, out, holdout_every, plot, model, mode, hardware, name, all_reduce,
+                request_lengths):
     """Fit a step-cost model to TIMINGS_OR_PROFILE_DIR (or --from-vllm-log LOG) and report held-out error."""
     if kind == "physics":
         if not source or vllm_log is not None:
@@ -41,7 +45,7 @@ def fit_command(source, kind, vllm_log, out, holdout_every, plot, model, mode, h
     try:
         if kind == "physics":
             from cost_models.fit.physics_run import run_physics_fit
-            outcome = run_physics_fit(list(source), mode, hardware, name)
+            outcome = run_physics_fit(list(source), mode, hardware, name, model, request_lengths)
         else:
             outcome = run_fit(FitRequest(source=vllm_log or source[0], from_vllm_log=vllm_log is not None,
                                          model=model, mode=mode, hardware=hardware, holdout_every=holdout_every,

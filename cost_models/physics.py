@@ -9,8 +9,7 @@ an overhead in seconds. The coefficients belong to a GPU and engine mode, not to
 non-negative across every model measured there (cost_models/fit/physics_fit.py), they price a model
 never measured from its config alone.
 
-- ``gemm``: every projection group of every layer (QKV, O, gate_up, down), and the lm_head over
-  the sampled rows, runs at
+- ``gemm``: every projection group of every layer (QKV, O, gate_up, down) runs at
   max(FLOPs / peak, gemm_balance x weight bytes / bandwidth): weight-bound at few tokens,
   compute-bound at many; ``gemm_balance`` (the one non-linear parameter: compute over bandwidth
   efficiency) places each group's knee, which moves with the group's shape; the FLOPs count the
@@ -20,9 +19,11 @@ never measured from its config alone.
 - ``prefill_attention``: causal (query, key) pairs of the prefill chunks, FLOPs at peak.
 - ``decode_kv_read`` / ``prefill_kv_read``: K and V bytes the decodes read over their context, and
   the prefills over their cached context.
-- ``layer_launch``: one per layer per step (a step's fixed cost of launching each layer's kernels:
-  large eager, small under CUDA graphs).
+- ``layer_launch``: every kernel of every layer (launches_per_layer, from the engine's own kernel
+  count): under CUDA graphs the device's least time per kernel, which a batch-1 decode pays ~1,200
+  times.
 - ``layer_seq``: one per layer per sequence (attention kernels' per-sequence set-up).
+- ``lm_head``: the lm_head over the sampled rows, as a projection group of its own.
 - ``logits``: the fp32 logits of each sampled row written and read by the sampler.
 - ``mixed_decode_attention``: the decodes' (query, key) pairs in a step that also prefills, FLOPs at
   peak. An engine that runs the whole mixed batch through one variable-length prefill kernel
@@ -73,7 +74,7 @@ TERM_UNITS = {
     "step_overhead": "s per step", "gemm": "1 / efficiency (of peak FLOP/s, or of bandwidth / gemm_balance)",
     "activation_traffic": "1 / bandwidth efficiency", "prefill_attention": "1 / FLOP/s efficiency",
     "decode_kv_read": "1 / bandwidth efficiency", "prefill_kv_read": "1 / bandwidth efficiency",
-    "layer_launch": "s per layer per step", "layer_seq": "s per layer per sequence",
+    "layer_launch": "s per kernel launch of a layer", "layer_seq": "s per layer per sequence",
     "lm_head": "1 / efficiency (as gemm)", "logits": "1 / bandwidth efficiency",
     "mixed_decode_attention": "1 / FLOP/s efficiency of a decode's (query, key) pairs in a prefill kernel",
     "host_launch": "s per kernel launch on the host (eager; 0 under CUDA graphs)"}

@@ -8,14 +8,13 @@ import pytest
 
 from cost_models.batch_shape import BatchShape
 from cost_models.fit.physics_fit import PhysicsSamples, fit_physics
+from cost_models.fit.physics_sources import LOG_TERMS
 from cost_models.hardware import load_hardware
 from cost_models.importers.vllm_schedule import LoggedStep, reconstruct_shapes
 from cost_models.model_spec import load_model
 from cost_models.physics import TERMS, PhysicsCostModel
 
-# The terms a log of one model can tell apart (the others are constants or multiples of these for
-# one model, and are 0 in the synthetic truth).
-LOG_TERMS = ("step_overhead", "gemm", "prefill_attention", "decode_kv_read", "prefill_kv_read", "layer_seq")
+# LOG_TERMS: the terms a log of one model can tell apart; the others are 0 in the synthetic truth.
 TRUE = {**dict.fromkeys(TERMS, 0.0), "step_overhead": 3e-3, "gemm": 1.4, "prefill_attention": 2.2,
         "decode_kv_read": 1.3, "prefill_kv_read": 2.0, "layer_seq": 2e-7}
 TRUE_BALANCE = 1.6
@@ -130,3 +129,22 @@ def test_a_fit_of_short_contexts_keeps_the_kv_read_term():
                                  gemm_tile_tokens=fit.gemm_tile_tokens)
         ratios[bound] = model.step_time_s(long_step) / truth.step_time_s(long_step)
     assert ratios[False] < 0.6 and 0.85 < ratios[True] < 1.15
+
+
+def test_fit_kind_physics_reads_a_vllm_log_with_its_request_lengths(tmp_path):
+    from cost_models.fit.physics_run import run_physics_fit
+    spec, gpu = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    truth = PhysicsCostModel(spec, gpu, {**TRUE, "layer_launch": 0.0}, TRUE_BALANCE)
+    lengths = _lengths()
+    log, true_shapes = fcfs_schedule(lengths)
+    log_csv, lengths_csv = tmp_path / "serve_iterations.csv", tmp_path / "lengths.csv"
+    rows = ["iter,ctx_reqs,ctx_tokens,gen_reqs,gen_tokens,elapsed_ms"]
+    rows += [f"{i},{s.prefill_reqs},{s.prefill_tokens},{s.decode_reqs},{s.decode_reqs},"
+             f"{truth.step_time_s(shape) * 1e3!r}" for i, (s, shape) in enumerate(zip(log, true_shapes))]
+    log_csv.write_text("\n".join(rows) + "\n")
+    lengths_csv.write_text("prompt_tokens,output_tokens\n" + "".join(f"{p},{o}\n" for p, o in lengths))
+    outcome = run_physics_fit([log_csv], hardware="h100-sxm", model="llama-3.1-8b", request_lengths=lengths_csv)
+    coefficients = outcome.data["coefficients"]
+    for term in LOG_TERMS:   # the file keeps four significant digits
+        assert coefficients[term] == pytest.approx(TRUE[term], rel=0.02), term
+    assert outcome.data["mode"] == "vllm" and str(lengths_csv) in outcome.data["source"]["files"]

@@ -19,17 +19,18 @@ from cost_models.profiles import FORMAT
 
 
 def run_physics_fit(sources: list[Path], mode: str | None = None, hardware: str = "",
-                    name: str | None = None) -> FitOutcome:
-    samples = read_physics_sources(sources, mode, hardware)
+                    name: str | None = None, model: str | None = None,
+                    request_lengths: Path | None = None) -> FitOutcome:
+    samples = read_physics_sources(sources, mode, hardware, model, request_lengths)
     gpus = sorted({s.hardware.name for s in samples})
-    mode = mode or "kernels"
+    mode = mode or ("vllm" if request_lengths is not None else "kernels")
     host_bound = mode == "eager"
     name = name or f"physics-{'-'.join(gpus)}-{mode}"
     fit = fit_physics(samples, host_bound)
     lomo = leave_one_model_out(samples, host_bound)
     data = physics_json(samples, fit, lomo, name, mode)
     data["source"] = {"description": "; ".join(sorted({s.source for s in samples})),
-                      "files": {str(p): sha256_of(p) for p in source_files(sources)}}
+                      "files": {str(p): sha256_of(p) for p in source_files(sources, request_lengths)}}
     lines = [f"{name}: physics fit of {sum(len(s.shapes) for s in samples)} steps of "
              f"{', '.join(data['fitted_on']['models'])} on {', '.join(gpus)} ({mode})"]
     lines += [f"  {t:<24} {sig4(v):<12} {TERM_UNITS[t]}" for t, v in fit.coefficients.items()]
@@ -41,15 +42,17 @@ def run_physics_fit(sources: list[Path], mode: str | None = None, hardware: str 
     return FitOutcome(data, "\n".join(lines))
 
 
-def source_files(sources: list[Path]) -> list[Path]:
+def source_files(sources: list[Path], request_lengths: Path | None = None) -> list[Path]:
     """The files read from each source (a profile folder's CSVs; a timings folder's timings.csv)."""
     files = []
     for path in map(Path, sources):
         if (path / "meta.yaml").is_file():
             files += [path / "meta.yaml", *sorted(path.glob("tp*/*.csv"))]
+        elif path.suffix == ".log" or path.name.endswith("_iterations.csv"):
+            files.append(path)
         else:
             files.append(path / "timings.csv" if path.is_dir() else path)
-    return files
+    return files + ([Path(request_lengths)] if request_lengths is not None else [])
 
 
 def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode: str) -> dict:

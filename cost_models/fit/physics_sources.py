@@ -5,7 +5,9 @@
   num_layers x (dense ops(tokens) + the measured attention) + whole-model ops + lm_head and sampler.
   Kernel sums hold no CPU time, so the per-step overhead and the host's launches are not measured;
 - a Vidur ``mlp.csv``: per TP degree, num_layers x the non-attention operators of a step of that many
-  tokens; attention, the lm_head and the per-step overhead are not in it.
+  tokens; attention, the lm_head and the per-step overhead are not in it;
+- a vLLM iteration log with its requests' lengths: each step's shape replayed
+  (importers/vllm_schedule.py), the terms one model's log can tell apart (LOG_TERMS).
 Terms a source does not measure are left out of its rows (``measured``); the all-reduces of a
 profile are not summed in (the physics model prices communication apart, cost_models/interconnect.py).
 """
@@ -19,14 +21,17 @@ from cost_models.batch_shape import BatchShape
 from cost_models.fit.physics_fit import PhysicsSamples
 from cost_models.fit.table_fit import fit_tables
 from cost_models.hardware import load_hardware
-from cost_models.importers import read_llmservingsim, read_step_timings, read_vidur
-from cost_models.importers.forms import read_csv_columns
+from cost_models.importers import read_llmservingsim, read_step_timings, read_vidur, read_vllm_log
+from cost_models.importers.forms import number, read_csv_columns
 from cost_models.model_spec import load_model
 from cost_models.physics import TERMS, VLLM_LAUNCHES
 
 KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
                     "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention")
 DENSE_TERMS = ("gemm", "activation_traffic", "layer_launch", "layer_seq")
+# The terms a vLLM log of one model can tell apart: for one model the others are constants per step
+# or multiples of these (launches, the lm_head's weight read, activations above the GEMM knee).
+LOG_TERMS = ("step_overhead", "gemm", "prefill_attention", "decode_kv_read", "prefill_kv_read", "layer_seq")
 
 
 # The harness attends each group of a step (the chunk, the decodes) with its own SDPA call.
@@ -82,10 +87,30 @@ def _mean_by_x(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.interp(at, xs, np.bincount(inverse, weights=y) / np.bincount(inverse))
 
 
-def read_physics_sources(paths: list[Path], mode: str | None, hardware: str) -> list[PhysicsSamples]:
-    """Every model's samples in each source, told apart by what the path holds (run.py's rule)."""
+def from_vllm_log(path: Path, request_lengths: Path, model: str, hardware: str) -> PhysicsSamples:
+    """A vLLM iteration log whose steps are replayed from its requests' lengths (a CSV of
+    prompt_tokens, output_tokens in arrival order): its measured terms are LOG_TERMS."""
+    rows = read_csv_columns(request_lengths, ("prompt_tokens", "output_tokens"))
+    lengths = [(int(number(request_lengths, i, "prompt_tokens", r["prompt_tokens"], allow_zero=False)),
+                int(number(request_lengths, i, "output_tokens", r["output_tokens"], allow_zero=False)))
+               for i, r in enumerate(rows)]
+    timings = read_vllm_log(path, hardware=hardware, model=model, request_lengths=lengths)
+    return PhysicsSamples(load_model(model), load_hardware(hardware), 1, timings.shapes, timings.time_s,
+                          f"vLLM iteration log {path}, replayed from {request_lengths}", measured=LOG_TERMS,
+                          launches=VLLM_LAUNCHES)
+
+
+def read_physics_sources(paths: list[Path], mode: str | None, hardware: str, model: str | None = None,
+                         request_lengths: Path | None = None) -> list[PhysicsSamples]:
+    """Every model's samples in each source, told apart by what the path holds (run.py's rule); a
+    vLLM log (``*.log`` or ``*_iterations.csv``) needs ``request_lengths``, ``model`` and ``hardware``."""
     out = []
     for path in map(Path, paths):
+        if path.suffix == ".log" or path.name.endswith("_iterations.csv"):
+            if request_lengths is None or not model or not hardware:
+                raise ValueError(f"{path}: a vLLM iteration log needs --request-lengths, --model and --hardware")
+            out.append(from_vllm_log(path, Path(request_lengths), model, hardware))
+            continue
         if (path / "meta.yaml").is_file():
             out += from_llmservingsim(path)
         elif path.name == "mlp.csv":
