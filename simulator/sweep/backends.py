@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 BACKENDS = ("local", "ray")
+RAY_FIRST_TASK_TIMEOUT_S = 120.0   # a Ray whose workers cannot start would otherwise wait forever
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -92,7 +93,21 @@ class RayBackend:
                                    f"{self.address or 'a new local instance'} "
                                    f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
                                    ) from None
+        self._check_runs_tasks()
         return self
+
+    def _check_runs_tasks(self) -> None:
+        """One trivial task, bounded in time: Ray can start yet never run a worker (a sandbox
+        that blocks its processes or sockets), and the sweep's tasks would then wait forever."""
+        ray = self._ray
+        try:
+            ray.get(ray.remote(_ready).remote(), timeout=RAY_FIRST_TASK_TIMEOUT_S)
+        except Exception as exc:  # GetTimeoutError or a worker that died at start
+            if self._started:
+                ray.shutdown()
+            raise BackendError(f"backend ray: Ray started but ran no task within "
+                               f"{RAY_FIRST_TASK_TIMEOUT_S:g} s ({type(exc).__name__}); "
+                               f"use --backend local") from None
 
     def _init_args(self) -> dict:
         args: dict[str, Any] = {"address": self.address, "log_to_driver": False,
@@ -121,6 +136,10 @@ class RayBackend:
         finally:
             for ref in pending:
                 ray.cancel(ref)
+
+
+def _ready() -> bool:
+    return True
 
 
 def make_backend(name: str, workers: int | None = None, address: str | None = None):
