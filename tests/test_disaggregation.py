@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simulator.engine.progress import NoProgressError
 from simulator.runner import prepare, simulate
 from simulator.scenario import ScenarioError, validate_scenario
 
@@ -60,6 +61,21 @@ def test_the_pull_takes_no_seat_and_requests_behind_it_are_admitted():
     rows = out.requests.arrays()
     assert np.allclose(rows["first_token_s"], 2.0 + pull_s, atol=1e-12)
     assert out.summary["pools"]["prefill"]["num_gpu_blocks"] == 100
+
+
+def test_a_pulled_request_is_admitted_with_the_blocks_it_already_holds():
+    # Regression (found by test_drawn_scenarios_...[vllm_v1]): the full-prompt admission gate
+    # (rule 2.3) counted a pulled request's prompt blocks as needed anew, so a decode pool with
+    # fewer free blocks than the prompt never admitted it. Prompt 32 = 2 blocks of 16, peak
+    # 32 + 8 - 1 = 39 tokens = 3 blocks, all the pool has: the pull takes 2 (D2), 1 stays free;
+    # the request needs no new block to resume (D4) and one more at its 33rd token.
+    pull_s = 500e-6 + 32 * KV_BYTES_PER_TOKEN / 1e9
+    raw = with_(workload={"prompt_len": {"kind": "fixed", "value": 32}})
+    raw["disaggregation"] = {**RAW["disaggregation"], "decode": {"num_gpu_blocks": 4}}
+    out = run(raw)
+    rows = out.requests.arrays()
+    assert rows["first_token_s"][0] == pytest.approx(1.0 + pull_s + 1.0, abs=1e-12)
+    assert rows["finish_s"][0] == pytest.approx(1.0 + pull_s + 8.0, abs=1e-12)
 
 
 def test_ttft_includes_the_transfer_against_the_same_gpus_co_located():
@@ -144,3 +160,27 @@ def test_speculative_decoding_with_disaggregation_is_refused():
         "method": "ngram", "num_speculative_tokens": 2, "mean_acceptance_length": 2.0}})
     with pytest.raises(ScenarioError, match=r"^engine\.speculative: not modelled with disaggregation"):
         prepare(validate_scenario(raw))
+
+
+def test_a_hold_and_wait_livelock_stops_naming_the_pulled_blocks(tmp_path):
+    # Found by test_drawn_scenarios_...[vllm_v1_spf] (shrunk): block size 1, 9 usable decode
+    # blocks, one seat, async scheduling. Request 4's pull holds 2 blocks while it waits (D2);
+    # requests 2 and 3 (prompt 1, 9 outputs: 9 blocks each at their peak) take turns at the seat,
+    # each preempting itself at 7 blocks and discarding the token in flight (rule 1.6), so no
+    # token is ever kept: the watchdog's livelock, with the blocks the pull holds named.
+    rows = [(0.0, [8], 9), (0.0, [25, 30, 48, 36, 31, 27, 27, 46, 13], 9), (1.0, [19], 9),
+            (1.0, [38], 8), (1.0, [4, 43], 1)]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(
+        f'{{"arrival_s": {a}, "input_toks": {len(ids)}, "output_toks": {o}, "input_tok_ids": {ids}}}\n'
+        for a, ids, o in rows))
+    raw = {**RAW, "engine": {"block_size": 1, "max_model_len": 10},
+           "workload": {"arrival": {"kind": "trace", "path": str(trace)}},
+           "schedulers": [{"preset": "vllm_v1_spf", "max_num_seqs": 1, "async_scheduling": True,
+                           "enable_prefix_caching": False, "max_num_batched_tokens": 1}],
+           "disaggregation": {"prefill": {"num_gpu_blocks": 1000}, "decode": {"num_gpu_blocks": 10},
+                              "kv_transfer": {"bandwidth_GBps": 0.05, "latency_us": 0.0}}}
+    with pytest.raises(NoProgressError, match=r"^livelock: 20001 steps without a kept token .*, "
+                       r"2 blocks held by 1 waiting request\(s\) whose KV was pulled from the "
+                       r"prefill pool \(hold-and-wait"):
+        run(raw)

@@ -101,9 +101,10 @@ class PrefixCachingKVCache(KVCache):
         return hits
 
     def blocks_to_admit(self, request: Request, total_tokens: int, num_hit_tokens: int) -> int:
-        """Free blocks an admission uses: new blocks plus cached hits that sit in the free queue."""
+        """Free blocks an admission uses: new blocks plus cached hits that sit in the free queue.
+        A request that already holds blocks (P/D: its pulled prompt, rule D2) needs only more."""
         if not num_hit_tokens:
-            return -(-total_tokens // self.block_size)   # blocks_for
+            return self.blocks_needed(request, total_tokens)
         hits = self._hits.get(request, [])
         idle_hits = sum(1 for b in hits if self._ref[b] == 0)
         return max(0, self.blocks_for(total_tokens) - len(hits)) + idle_hits
