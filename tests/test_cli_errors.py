@@ -219,6 +219,10 @@ class _StuckScheduler:
     class kv:
         usage = 1.0
 
+        @staticmethod
+        def num_blocks_of(request):   # no waiting request holds blocks (no P/D pull)
+            return 0
+
 
 def test_watchdog_stops_a_preemption_livelock(monkeypatch):
     from simulator.engine.progress import NoProgressError, ProgressWatchdog
@@ -226,17 +230,17 @@ def test_watchdog_stops_a_preemption_livelock(monkeypatch):
     monkeypatch.setattr(ProgressWatchdog, "MIN_PREEMPTIONS", 3)
     watchdog = ProgressWatchdog()
     for _ in range(5):
-        watchdog.observe(num_sampled=0, num_preempted=1, scheduler=_StuckScheduler)
-    with pytest.raises(NoProgressError, match=r"^livelock: 6 steps without a sampled token and 6 "
+        watchdog.observe(num_kept=0, num_preempted=1, scheduler=_StuckScheduler)
+    with pytest.raises(NoProgressError, match=r"^livelock: 6 steps without a kept token and 6 "
                        r"preemptions \(3 running, 2 waiting, KV usage 1.00\)$"):
-        watchdog.observe(num_sampled=0, num_preempted=1, scheduler=_StuckScheduler)
+        watchdog.observe(num_kept=0, num_preempted=1, scheduler=_StuckScheduler)
 
 
-def test_watchdog_resets_when_a_token_is_sampled(monkeypatch):
+def test_watchdog_resets_when_a_token_is_kept(monkeypatch):
     from simulator.engine.progress import ProgressWatchdog
     monkeypatch.setattr(ProgressWatchdog, "MAX_STEPS_WITHOUT_TOKEN", 5)
     monkeypatch.setattr(ProgressWatchdog, "MIN_PREEMPTIONS", 3)
     watchdog = ProgressWatchdog()
     for step in range(20):  # a token every 5th step: never 6 idle steps in a row
-        watchdog.observe(num_sampled=int(step % 5 == 4), num_preempted=1, scheduler=_StuckScheduler)
+        watchdog.observe(num_kept=int(step % 5 == 4), num_preempted=1, scheduler=_StuckScheduler)
     assert (watchdog.steps_without_token, watchdog.preemptions) == (0, 0)

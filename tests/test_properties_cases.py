@@ -6,6 +6,7 @@ property's too.
 from __future__ import annotations
 
 from simulator.core.request import Request
+from simulator.policies.base import Scheduler
 from simulator.runner import prepare, simulate
 from simulator.scenario import validate_scenario
 from tests.test_properties import (Case, _simulate, build_scheduler, check_requests, check_step_log,
@@ -23,6 +24,9 @@ def test_static_hf_returns_one_chunk_without_inter_token_gaps():
     assert requests[0].first_token_s == 2.0
 
 
+ASYNC_DISCARD = Case({"preset": "vllm_v1", "async_scheduling": True, "max_num_seqs": 2,
+                      "max_num_batched_tokens": 2}, 2, 8, 3, 1.0, None,
+                     ((0.0, 1, 2, 0), (0.0, 1, 3, 0)))
 PRIORITY_SELF_PREEMPTION = Case(
     {"preset": "vllm_v1", "scheduling_policy": "priority", "max_num_seqs": 2,
      "max_num_batched_tokens": 2}, 1, 8, 4, 1.0, None, ((0.0, 1, 3, 1), (0.5, 1, 3, 0)))
@@ -84,8 +88,7 @@ def test_async_token_in_flight_at_a_preemption_is_discarded():
     # re-admitted at once (2 tokens, step D). B's token for 1 was computed on the dropped KV and
     # is discarded (§1.6) although 1 runs again when B ends; 1 samples at the ends of D (t=3)
     # and E (t=4). It used to be credited at t=2, so 1 finished at t=3 and E never ran.
-    case = Case({"preset": "vllm_v1", "async_scheduling": True, "max_num_seqs": 2,
-                 "max_num_batched_tokens": 2}, 2, 8, 3, 1.0, None, ((0.0, 1, 2, 0), (0.0, 1, 3, 0)))
+    case = ASYNC_DISCARD
     scheduler, probe, requests, steps = run_case(case)
     check_step_log(scheduler, probe, requests, steps)
     check_requests(case, requests, probe, check_gaps=True)
@@ -93,6 +96,24 @@ def test_async_token_in_flight_at_a_preemption_is_discarded():
     assert steps["num_tokens"].tolist() == [2, 2, 2, 1]
     assert steps["num_preemptions"].tolist() == [0, 0, 1, 0]   # shown with step D
     assert probe.executed_tokens == 2 + 3 + 2                  # P+O-1 of each, 1's C of 2 lost
+
+
+def test_a_discarded_token_is_no_progress(monkeypatch):
+    # The run above: B samples for both requests and 1's token is thrown away; the engine's
+    # watchdog counts kept tokens (sampled rows less discarded ones), so steps that sample only
+    # discarded tokens are a livelock. Found by test_drawn_scenarios_...[vllm_v1]: a P/D decode
+    # pool whose one running request preempted itself at every decode behind a pulled request's
+    # blocks, each cycle sampling a token and discarding it, ran without end.
+    discarded = []
+    update = Scheduler.update_from_output
+
+    def recording(self, batch, now_s):
+        finished = update(self, batch, now_s)
+        discarded.append((now_s, batch.num_discarded))
+        return finished
+    monkeypatch.setattr(Scheduler, "update_from_output", recording)
+    scheduler, probe, requests, steps = run_case(ASYNC_DISCARD)
+    assert discarded[:4] == [(1.0, 0), (2.0, 1), (3.0, 0), (4.0, 0)]
 
 
 def test_vllm_v0_budget_below_max_model_len_is_refused_or_finishes():

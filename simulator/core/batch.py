@@ -13,7 +13,7 @@ from simulator.core import rules
 
 class Batch:
     __slots__ = ("requests", "new_tokens", "context_tokens", "samples", "decode_rows",
-                 "num_preempted", "num_padding_rows")
+                 "num_preempted", "num_padding_rows", "num_discarded")
 
     def __init__(self) -> None:
         self.requests: list[Request] = []      # in the order the scheduler picked them
@@ -30,6 +30,9 @@ class Batch:
         self.decode_rows: tuple[int, int, int] | None = None
         self.num_preempted = 0                 # preemptions decided while forming this batch
         self.num_padding_rows = 0              # static (HF) batching: finished rows still computed
+        # Sampling rows whose token was thrown away at the step's end (async: scheduled before a
+        # preemption): a step that samples only these makes no progress.
+        self.num_discarded = 0
 
     def add(self, request: Request, num_tokens: int) -> None:
         """Schedule ``num_tokens`` of the request, C advancing at schedule time (rule 1.2)."""

@@ -27,19 +27,21 @@ def diagnose_stall(scheduler, now_s: float) -> str:
 
 
 def _held_by_pulls(scheduler) -> str:
-    """P/D: blocks that pulled requests behind the head hold while they wait (rule D2); vLLM
-    waits for the head as well, so such a pool deadlocks."""
+    """P/D: blocks that pulled requests hold while they wait (rule D2); vLLM waits for the head
+    (or, preempting, recomputes the running ones) as well, so such a pool deadlocks or livelocks."""
     held = [r for r in scheduler.waiting if scheduler.kv.num_blocks_of(r)]
     if not held:
         return ""
     blocks = sum(scheduler.kv.num_blocks_of(r) for r in held)
-    return (f", {blocks} held by {len(held)} request(s) behind it whose KV was pulled from "
-            f"the prefill pool (hold-and-wait: docs/disaggregation-semantics.md, rule D2)")
+    return (f", {blocks} blocks held by {len(held)} waiting request(s) whose KV was pulled "
+            f"from the prefill pool (hold-and-wait: docs/disaggregation-semantics.md, rule D2)")
 
 
 class ProgressWatchdog:
     """Without preemption every step advances some request, so a run always ends. A run stuck
-    preempting and recomputing without sampling a token is a livelock: stop it."""
+    preempting and recomputing without keeping a token is a livelock: stop it. A token sampled
+    and then discarded (async scheduling: its request was preempted while the step ran) is no
+    progress."""
 
     MAX_STEPS_WITHOUT_TOKEN = 20_000
     MIN_PREEMPTIONS = 100
@@ -48,11 +50,11 @@ class ProgressWatchdog:
         self.steps_without_token = 0
         self.preemptions = 0
 
-    def observe(self, num_sampled: int, num_preempted: int, scheduler) -> None:
-        """A step sampled ``num_sampled`` tokens and preempted ``num_preempted`` requests. A step
-        that samples while steps_without_token is 0 changes nothing (preemptions is 0 too): the
-        engine skips the call then."""
-        if num_sampled:
+    def observe(self, num_kept: int, num_preempted: int, scheduler) -> None:
+        """A step kept ``num_kept`` sampled tokens and preempted ``num_preempted`` requests. A
+        step that keeps one while steps_without_token is 0 changes nothing (preemptions is 0
+        too): the engine skips the call then."""
+        if num_kept:
             self.steps_without_token = 0
             self.preemptions = 0
             return
@@ -61,9 +63,10 @@ class ProgressWatchdog:
         if (self.steps_without_token > self.MAX_STEPS_WITHOUT_TOKEN
                 and self.preemptions >= self.MIN_PREEMPTIONS):
             raise NoProgressError(
-                f"livelock: {self.steps_without_token} steps without a sampled token and "
+                f"livelock: {self.steps_without_token} steps without a kept token and "
                 f"{self.preemptions} preemptions ({scheduler.num_running} running, "
-                f"{len(scheduler.waiting)} waiting, KV usage {scheduler.kv.usage:.2f})")
+                f"{len(scheduler.waiting)} waiting, KV usage {scheduler.kv.usage:.2f}"
+                f"{_held_by_pulls(scheduler)})")
 
 
 # -- the progress bar of long commands -------------------------------------------------------------

@@ -231,8 +231,9 @@ class Simulation:
                                  tokens - num_decodes, scheduler.num_running, len(scheduler.waiting),
                                  scheduler.kv.usage, batch.num_preempted,
                                  scheduler.kv.num_state_slots_used, replica.index)
-            if not num_sampled or watchdog.steps_without_token:   # else observe() changes nothing
-                watchdog.observe(num_sampled, batch.num_preempted, scheduler)
+            num_kept = num_sampled - batch.num_discarded
+            if not num_kept or watchdog.steps_without_token:   # else observe() changes nothing
+                watchdog.observe(num_kept, batch.num_preempted, scheduler)
             if finished:
                 if replica.pool == PREFILL:
                     self._prefilled(finished)

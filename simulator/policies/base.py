@@ -223,10 +223,12 @@ class Scheduler:
                 # Scheduled before a preemption: discarded, even if the request is running
                 # again (steps end in order, so a request's stale rows end first).
                 request.num_stale_samples -= 1
+                batch.num_discarded += 1
                 continue
             if request.num_output_placeholders:
                 request.num_output_placeholders -= 1
             if request.status is not running:
+                batch.num_discarded += 1
                 continue  # preempted while this step was in flight: the token is discarded
             request.record_token(now_s)
             if rules.is_stopped(request, max_model_len):
@@ -242,7 +244,10 @@ class Scheduler:
         finished = []
         spec, max_model_len, running = self.spec, self.max_model_len, RequestStatus.RUNNING
         for request, samples in zip(batch.requests, batch.samples):
-            if not samples or request.status is not running:
+            if not samples:
+                continue
+            if request.status is not running:
+                batch.num_discarded += 1
                 continue
             count = spec.verify(request)
             room = rules.output_limit(request, max_model_len) - request.num_output_tokens
