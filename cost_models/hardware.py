@@ -24,7 +24,7 @@ _GB_PER_S = 1e9
 _TFLOPS = 1e12
 _BYTES_PER_MEMORY_UNIT = {"memory_gib": GiB, "memory_gb": 10**9}
 _INLINE_REQUIRED = ("memory_bandwidth_GBps", "bf16_tflops")
-_INLINE_OPTIONAL = ("interconnect_GBps", "link", "fp8_tflops", "name")
+_INLINE_OPTIONAL = ("interconnect_GBps", "link", "fp8_tflops", "name", "sm_count")
 # An inline spec without an interconnect figure is taken to sit on PCIe Gen4 x16, the weakest link
 # any listed part has, so a tensor-parallel estimate errs towards slow rather than fast.
 _DEFAULT_INTERCONNECT_GBPS = 64.0
@@ -44,6 +44,7 @@ class HardwareSpec:
     interconnect_bandwidth_Bps: float  # per GPU, as datasheets quote it (NVLink totals, PCIe x16)
     source: str
     link: str = _DEFAULT_LINK         # nvlink | pcie | network: the all-reduce's latencies (interconnect.py)
+    sm_count: int | None = None       # streaming multiprocessors (AMD: compute units); None where unsourced
 
 
 @functools.cache
@@ -59,7 +60,8 @@ def _catalog() -> tuple[tuple[HardwareSpec, ...], dict[str, str]]:
             bf16_flops=float(row["bf16_tflops"]) * _TFLOPS,
             fp8_flops=float(row["fp8_tflops"]) * _TFLOPS if row["fp8_tflops"] else None,
             interconnect_bandwidth_Bps=float(row["interconnect_GBps"]) * _GB_PER_S,
-            source=row["source"], link=check_link(row["link"], f"hardware.csv {row['name']} link"))
+            source=row["source"], link=check_link(row["link"], f"hardware.csv {row['name']} link"),
+            sm_count=int(row["sm_count"]) if row["sm_count"] else None)
         specs.append(spec)
         for alias in [spec.name, *filter(None, row["aliases"].split(";"))]:
             names[_normalise(alias)] = spec.name
@@ -84,7 +86,8 @@ def load_hardware(name_or_spec: str | dict) -> HardwareSpec:
     """A preset name (case-insensitive, aliases accepted) or an inline spec dict.
 
     Inline: ``{memory_gib | memory_gb, memory_bandwidth_GBps, bf16_tflops, interconnect_GBps?,
-    link?, fp8_tflops?, name?}`` (link: nvlink, pcie or network; default pcie, as the bandwidth).
+    link?, fp8_tflops?, name?, sm_count?}`` (link: nvlink, pcie or network; default pcie, as the
+    bandwidth; sm_count: none unless given, never guessed).
     """
     if isinstance(name_or_spec, dict):
         return _from_inline(name_or_spec)
@@ -121,7 +124,15 @@ def _from_inline(spec: dict) -> HardwareSpec:
         bf16_flops=values["bf16_tflops"] * _TFLOPS,
         fp8_flops=fp8 * _TFLOPS if fp8 is not None else None,
         interconnect_bandwidth_Bps=values.get("interconnect_GBps", _DEFAULT_INTERCONNECT_GBPS) * _GB_PER_S,
-        source="inline spec from the scenario file", link=link)
+        source="inline spec from the scenario file", link=link, sm_count=_sm_count(spec.get("sm_count")))
+
+
+def _sm_count(value) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"hardware.sm_count: {value!r} is not a positive integer")
+    return value
 
 
 def _inline_memory_bytes(spec: dict) -> int:

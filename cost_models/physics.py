@@ -29,6 +29,13 @@ never measured from its config alone.
   peak. An engine that runs the whole mixed batch through one variable-length prefill kernel
   (vLLM's FlashAttention) gives each decode a query tile sized for a chunk, so its attention is
   bound by padded compute, not by its KV reads (0 where decodes get their own kernel).
+- ``mixed_decode_waves``: the same decodes' attention as the GPU runs it: the variable-length kernel
+  gives each (decode, query head) one CTA that walks the decode's whole context (no split over the
+  keys), one CTA to an SM, so the CTAs run in ceil(decodes x query heads per rank / SMs) waves, each
+  as long as a walk of the mean decode context: the feature is layers x waves x mean keys, its
+  coefficient a CTA's time per key (cost_models/profiles/README.md, "Physics files", for the grid
+  that shows it). It needs the GPU's SM count (hardware.csv ``sm_count``): without one the feature
+  is not computed, and a model or fit that would use it refuses (PhysicsCostModel, physics_fit).
 - ``step_overhead``: one per step (scheduling, input preparation, sampled-token sync).
 - ``host_launch``: the host's time to issue one kernel, x every kernel of the step. Eager, the
   host issues kernels while the GPU runs earlier ones, so a step takes the longer of the two:
@@ -64,7 +71,7 @@ VLLM_LAUNCHES = (8, 1, 0)
 GEMM_TILE_CHOICES = (1, 64, 128)
 TERMS = ("step_overhead", "gemm", "activation_traffic", "prefill_attention", "decode_kv_read",
          "prefill_kv_read", "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
-         "host_launch")
+         "mixed_decode_waves", "host_launch")
 # Terms whose coefficient is 1 / a fraction of a datasheet peak, so at least 1 where the peak holds.
 EFFICIENCY_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
                     "lm_head", "logits", "mixed_decode_attention")
@@ -77,6 +84,7 @@ TERM_UNITS = {
     "layer_launch": "s per kernel launch of a layer", "layer_seq": "s per layer per sequence",
     "lm_head": "1 / efficiency (as gemm)", "logits": "1 / bandwidth efficiency",
     "mixed_decode_attention": "1 / FLOP/s efficiency of a decode's (query, key) pairs in a prefill kernel",
+    "mixed_decode_waves": "s per key walked by one (decode, query head) CTA of a mixed step, per wave over the SMs",
     "host_launch": "s per kernel launch on the host (eager; 0 under CUDA graphs)"}
 
 
@@ -94,6 +102,8 @@ class PhysicsWork:
     launches_per_layer: float
     mixed_launches_per_layer: float   # more, in a step that both prefills and decodes
     gemm_tile_tokens: int
+    wave_heads: int = 1             # query heads per rank: a decode's CTAs in a mixed step
+    sm_count: int | None = None     # the GPU's SMs; None: mixed_decode_waves is not computed
 
     def features(self, counts: tuple, gemm_balance: float) -> np.ndarray:
         """The TERMS features of one step's work counts."""
@@ -118,7 +128,16 @@ class PhysicsWork:
         return [1.0, gemm, self.activation_s_per_token * tokens, self.attention_s_per_pair * pairs,
                 self.kv_s_per_token * (decode_ctx + num_decodes), self.kv_s_per_token * prefill_ctx,
                 launches, layers * num_seqs, lm_head, self.logit_s_per_row * num_sampled,
-                self.attention_s_per_pair * (decode_ctx + num_decodes) * (num_prefills > 0), launches]
+                self.attention_s_per_pair * (decode_ctx + num_decodes) * (num_prefills > 0),
+                self.decode_waves(num_decodes, decode_ctx, maximum) * (num_prefills > 0) * layers, launches]
+
+    def decode_waves(self, num_decodes, decode_ctx, maximum):
+        """Waves of a step's (decode, query head) CTAs over the SMs x the keys of the mean decode
+        (its context and its own new key): per layer, the mixed_decode_waves feature."""
+        if self.sm_count is None:
+            return 0.0 * num_decodes
+        waves = -(-(num_decodes * self.wave_heads) // self.sm_count)
+        return waves * (decode_ctx + num_decodes) / maximum(num_decodes, 1)
 
 
 def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
@@ -143,7 +162,8 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
         logit_s_per_row=2 * vocab * LOGIT_BYTES / tp / bandwidth,
         num_layers=layers, launches_per_layer=launches_per_layer(spec, launches),
         mixed_launches_per_layer=launches[2],
-        gemm_tile_tokens=gemm_tile_tokens)
+        gemm_tile_tokens=gemm_tile_tokens, wave_heads=spec.num_attention_heads // tp,
+        sm_count=hardware.sm_count)
 
 
 def launches_per_layer(spec: ModelSpec, launches: tuple[int, int, int]) -> int:
@@ -187,6 +207,9 @@ class PhysicsCostModel(PricedByCounts):
         if isinstance(self.gemm_balance, bool) or not isinstance(self.gemm_balance, (int, float)) \
                 or not self.gemm_balance > 0:
             raise ValueError(f"gemm_balance: {self.gemm_balance!r} is not a positive number")
+        if self.coefficients["mixed_decode_waves"] > 0 and self.hardware.sm_count is None:
+            raise ValueError(f"hardware.sm_count: unknown for {self.hardware.name!r}; the physics term "
+                             f"mixed_decode_waves needs it (give sm_count in an inline spec)")
         object.__setattr__(self, "_work", physics_work(self.model, self.hardware, self.tensor_parallel_size,
                                                         self.launches, self.gemm_tile_tokens))
         object.__setattr__(self, "_coef", np.array([float(self.coefficients[t]) for t in TERMS]))

@@ -48,7 +48,8 @@ def load_physics(data: dict, spec: ModelSpec, hardware: HardwareSpec, tp: int,
     """A PhysicsCostModel for ``spec`` from a parsed physics file; warns once where the scenario
     leaves the fitted ground (the batch shapes warn on their own, at the first one outside)."""
     from cost_models.physics import PhysicsCostModel
-    coefficients = {"mixed_decode_attention": 0.0, **data["coefficients"]}   # files before the term
+    coefficients = {"mixed_decode_attention": 0.0, "mixed_decode_waves": 0.0,   # files before the terms
+                    **data["coefficients"]}
     if step_overhead_s is not None:
         coefficients["step_overhead"] = step_overhead_s
     problem = outside_fit(data, spec, hardware, tp)

@@ -32,7 +32,22 @@ def test_h100_figures_are_the_datasheet_ones():
     hw = load_hardware("h100-sxm")
     assert hw == HardwareSpec(name="h100-sxm", memory_bytes=80 * GiB, memory_bandwidth_Bps=3350e9,
                               bf16_flops=989e12, fp8_flops=1979e12,
-                              interconnect_bandwidth_Bps=900e9, source=hw.source, link="nvlink")
+                              interconnect_bandwidth_Bps=900e9, source=hw.source, link="nvlink", sm_count=132)
+
+
+def test_sm_counts_are_the_sourced_ones_and_none_where_unsourced():
+    expected = {"a100-40gb": 108, "a100-80gb": 108, "h100-sxm": 132, "h200": 132, "l40s": 142, "l4": 58,
+                "rtx-4090": 128, "rtx-pro-6000": 188, "gb10": 48, "b200": None, "mi300x": 304}
+    assert {n: load_hardware(n).sm_count for n in expected} == expected
+    assert all("SMs:" in load_hardware(n).source for n in expected)
+
+
+def test_inline_sm_count_is_optional_and_checked():
+    base = {"memory_gib": 8, "memory_bandwidth_GBps": 100, "bf16_tflops": 10}
+    assert load_hardware(base).sm_count is None
+    assert load_hardware({**base, "sm_count": 40}).sm_count == 40
+    with pytest.raises(ValueError, match="hardware.sm_count: 1.5 is not a positive integer"):
+        load_hardware({**base, "sm_count": 1.5})
 
 
 def test_interconnect_figures_per_family():

@@ -35,13 +35,61 @@ def test_features_of_a_tiny_model_by_hand():
     # Pairs: 2 x (3 + 3/2) = 9, x 4 x 8 x 2 FLOPs. KV: 32 bytes per token (K and V, 1 head of 4,
     # 2 layers, 2 bytes). Launches: 22 + 8 x 2 norms = 38 a layer, 5 more for the second attention
     # group of a mixed step: 2 x 43. lm_head: max(2*8*10 x 2 rows, 8*10*2 bytes). Logits: 2 x 10 x
-    # 4 bytes a row. The decode's 5 + 1 pairs in a step that prefills, x 64 FLOPs a pair.
+    # 4 bytes a row. The decode's 5 + 1 pairs in a step that prefills, x 64 FLOPs a pair. The unit
+    # GPU has no SM count, so mixed_decode_waves is not computed (0).
     features = physics_work(TINY, UNIT_GPU).features(MIXED.work_counts, 1.0)
-    assert features.tolist() == [1.0, 6912.0, 2784.0, 576.0, 192.0, 96.0, 86.0, 4.0, 320.0, 160.0, 384.0, 86.0]
+    assert features.tolist() == [1.0, 6912.0, 2784.0, 576.0, 192.0, 96.0, 86.0, 4.0, 320.0, 160.0, 384.0, 0.0,
+                                 86.0]
+
+
+LLAMA_8B = ModelSpec("llama-like", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                     intermediate_size=14336, vocab_size=128256, max_model_len=32768)
+SM188 = HardwareSpec("sm188", memory_bytes=1, memory_bandwidth_Bps=1.0, bf16_flops=1.0, fp8_flops=None,
+                     interconnect_bandwidth_Bps=1.0, source="test", sm_count=188)
+WAVES = TERMS.index("mixed_decode_waves")
+
+
+def _mixed_with_decodes(num_decodes: int, context: int) -> BatchShape:
+    return BatchShape.of([16] + [1] * num_decodes, [0] + [context] * num_decodes)
+
+
+@pytest.mark.parametrize("num_decodes, tp, waves", [(1, 1, 1), (4, 1, 1), (8, 1, 2), (64, 1, 11), (64, 2, 6)])
+def test_mixed_decode_waves_by_hand(num_decodes, tp, waves):
+    # A 16-token chunk with decodes at 16,384 context: each (decode, query head) is one CTA walking
+    # 16,385 keys (its context and its new key); 32 query heads per rank (16 at tp 2) over 188 SMs:
+    # 1 x 32 = 32 and 4 x 32 = 128 CTAs fit one wave, 8 x 32 = 256 need 2, 64 x 32 = 2048 need
+    # ceil(10.9) = 11, 64 x 16 = 1024 need ceil(5.4) = 6. Feature: 32 layers x waves x 16,385.
+    work = physics_work(LLAMA_8B, SM188, tp)
+    counts = _mixed_with_decodes(num_decodes, 16384).work_counts
+    assert work.features(counts, 1.0)[WAVES] == 32 * waves * 16385
+    # At 21.7 ns a key (the grid's one decode: 356 us a layer), 1 decode costs 32 x 355.6 us and
+    # 64 decodes 11 times that; decode-only steps have no such cost (their own kernel splits the keys).
+    coef = np.zeros(len(TERMS))
+    coef[WAVES] = 21.7e-9
+    assert coef @ work.features(counts, 1.0) == pytest.approx(32 * waves * 16385 * 21.7e-9, rel=1e-12)
+    decode_only = BatchShape.of([1] * num_decodes, [16384] * num_decodes).work_counts
+    assert work.features(decode_only, 1.0)[WAVES] == 0.0
+
+
+def test_mixed_decode_waves_read_the_mean_decode_and_agree_on_columns():
+    # Decodes at 100 and 300: (100 + 300 + 2) / 2 = 201 keys a CTA, 64 CTAs: one wave of 201, x 32 layers.
+    work = physics_work(LLAMA_8B, SM188)
+    counts = BatchShape.of([16, 1, 1], [0, 100, 300]).work_counts
+    assert work.features(counts, 1.0)[WAVES] == 32 * 201
+    rows = np.array([counts, _mixed_with_decodes(64, 16384).work_counts, MIXED.work_counts], float)
+    columns = work.feature_columns(rows, 1.0)
+    assert columns.tolist() == [work.features(tuple(r), 1.0).tolist() for r in rows.tolist()]
+
+
+def test_mixed_decode_waves_refuse_a_gpu_without_an_sm_count():
+    coefficients = {t: 0.0 for t in TERMS} | {"mixed_decode_waves": 2e-8}
+    with pytest.raises(ValueError, match="hardware.sm_count: unknown for 'unit'"):
+        PhysicsCostModel(TINY, UNIT_GPU, coefficients, 1.0)
+    assert PhysicsCostModel(TINY, SM188, coefficients, 1.0).step_time_s(MIXED) > 0
 
 
 def test_step_time_is_the_longer_of_host_and_device_plus_the_overhead():
-    ones = dict.fromkeys(TERMS, 1.0)
+    ones = dict.fromkeys(TERMS, 1.0) | {"mixed_decode_waves": 0.0}   # the unit GPU has no SM count
     device = PhysicsCostModel(TINY, UNIT_GPU, {**ones, "host_launch": 0.0}, 1.0)
     assert device.step_time_s(MIXED) == 1.0 + 6912 + 2784 + 576 + 192 + 96 + 86 + 4 + 320 + 160 + 384
     host = PhysicsCostModel(TINY, UNIT_GPU, {**ones, "host_launch": 1000.0}, 1.0)

@@ -49,6 +49,9 @@ class PhysicsSamples:
         return [s.kind for s in self.shapes]
 
     def features(self, balance: float, gemm_tile_tokens: int = 1) -> np.ndarray:
+        if "mixed_decode_waves" in self.measured and self.hardware.sm_count is None:
+            raise ValueError(f"hardware.sm_count: unknown for {self.hardware.name!r}; {self.source} measures "
+                             f"mixed_decode_waves, which needs it")
         work = physics_work(self.spec, self.hardware, self.tensor_parallel_size, self.launches, gemm_tile_tokens)
         mask = np.array([t in self.measured for t in TERMS], float)
         return work.feature_columns(self.counts, balance) * mask

@@ -27,7 +27,8 @@ from cost_models.model_spec import load_model
 from cost_models.physics import TERMS, VLLM_LAUNCHES
 
 KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
-                    "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention")
+                    "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
+                    "mixed_decode_waves")
 DENSE_TERMS = ("gemm", "activation_traffic", "layer_launch", "layer_seq")
 # The terms a vLLM log of one model can tell apart: for one model the others are constants per step
 # or multiples of these (launches, the lm_head's weight read, activations above the GEMM knee).
@@ -35,7 +36,7 @@ LOG_TERMS = ("step_overhead", "gemm", "prefill_attention", "decode_kv_read", "pr
 
 
 # The harness attends each group of a step (the chunk, the decodes) with its own SDPA call.
-HARNESS_TERMS = tuple(t for t in TERMS if t != "mixed_decode_attention")
+HARNESS_TERMS = tuple(t for t in TERMS if t not in ("mixed_decode_attention", "mixed_decode_waves"))
 
 
 def from_step_timings(path: Path, model: str, mode: str, hardware: str) -> PhysicsSamples:
