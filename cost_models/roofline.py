@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-import numpy as np
 
 from cost_models.batch_shape import BatchShape
 from cost_models.hardware import HardwareSpec

@@ -5,7 +5,6 @@ rest, so the reported error is that of the model that is written out.
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 
 import numpy as np

@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from cost_models import user_paths
-from cost_models.options import (INT64_MAX, Bool, Constraint, NonNegativeInt, PositiveFloat,
+from cost_models.options import (Bool, Constraint, NonNegativeInt, PositiveFloat,
                                  PositiveInt, UnitInterval, options_config)
 from cost_models.precision import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
 from simulator.scenario.errors import ScenarioError  # noqa: F401 (its home for callers)
