@@ -48,6 +48,6 @@ def test_every_import_runs_downwards():
     assert not wrong, "\n".join(wrong)
 
 
-def test_no_module_is_left_at_the_root_but_the_entry_and_the_runner():
+def test_no_module_is_left_at_the_root_but_the_entries():
     roots = sorted(p.name for p in (ROOT / "simulator").glob("*.py"))
-    assert roots == ["__init__.py", "api.py", "cli.py", "runner.py"]   # the entries: Python, CLI
+    assert roots == ["__init__.py", "api.py", "cli.py"]   # the entries: Python, CLI

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator import runner
+from simulator.runner import execution as runner
 from simulator.core.request import Request
 from simulator.engine.routing import (ROUTERS, LeastTokens, load_tokens, make_router,
                                       replica_summaries)

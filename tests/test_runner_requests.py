@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import simulator.runner as runner
+import simulator.runner.execution as runner
 from simulator.core.request import Request
 from simulator.runner import iter_requests, make_requests, prepare, simulate
 from simulator.scenario import load_scenario

@@ -78,6 +78,6 @@ def test_capacity_is_the_same_from_short_and_long_runs(monkeypatch):
     assert summary["steady_state"] and summary["achieved_request_rate"] == pytest.approx(
         summary["offered_request_rate"], rel=0.05)
     # Without the steady-state test the short run's answer is the transient's.
-    import simulator.runner as runner
+    import simulator.runner.execution as runner
     monkeypatch.setattr(runner, "steady_state", lambda *a, **k: SteadyState(None, None, 0.0, True))
     assert capacity(200) > 1.1 * long
