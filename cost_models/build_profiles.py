@@ -65,8 +65,8 @@ def physics_jobs(ref: Path) -> list[tuple[str, list[Path], str | None, str]]:
     """(name, sources, mode, hardware) of every shipped physics file (cost_models/physics.py)."""
     lss = ref / _LSS / "RTXPRO6000"
     return [(f"physics-h200-{mode}", [ref / "h200" / "steps.csv"], mode, "h200") for mode in ("cuda_graph", "eager")] + [
-        ("physics-rtx-pro-6000-kernels", [lss / "meta-llama/Llama-3.1-8B/bf16", lss / "Qwen/Qwen3-32B/bf16"],
-         None, "")]
+        ("physics-rtx-pro-6000-kernels", [lss / "meta-llama/Llama-3.1-8B/bf16", lss / "Qwen/Qwen3-32B/bf16",
+                                          lss / "Qwen/Qwen3-30B-A3B-Instruct-2507/bf16"], None, "")]
 
 
 def overlapped_cpu_overhead(data: dict) -> dict:

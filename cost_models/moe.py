@@ -22,11 +22,13 @@ from __future__ import annotations
 from bisect import bisect_right
 
 
-def expected_distinct_experts(num_routed_tokens: float, num_experts: int, top_k: int) -> float:
-    """E (1 - (1 - k/E)^T): the expected distinct experts T tokens touch, each routed to k of E."""
-    if num_routed_tokens <= 0 or num_experts <= 0:
-        return 0.0
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** num_routed_tokens)
+def expected_distinct_experts(num_routed_tokens, num_experts: int, top_k: int):
+    """E (1 - (1 - k/E)^T): the expected distinct experts T tokens touch, each routed to k of E; 0
+    for no tokens. ``num_routed_tokens`` is a number or a numpy column of them (the physics fit's)."""
+    if num_experts <= 0:
+        return 0.0 * num_routed_tokens
+    miss = (1.0 - top_k / num_experts) ** num_routed_tokens
+    return num_experts * (1.0 - miss) * (num_routed_tokens > 0)
 
 
 class ExpertTable:

@@ -36,6 +36,12 @@ never measured from its config alone.
   coefficient a CTA's time per key (cost_models/profiles/README.md, "Physics files", for the grid
   that shows it). It needs the GPU's SM count (hardware.csv ``sm_count``): without one the feature
   is not computed, and a model or fit that would use it refuses (PhysicsCostModel, physics_fit).
+- ``moe_experts``: an MoE model's MoE blocks (0 for a dense one, whose MLP is in ``gemm``): the
+  router as a projection group over every token, and the experts at max(FLOPs of tokens x top_k
+  expert passes / peak, gemm_balance x the weight bytes of the expected distinct experts the
+  tokens touch / bandwidth), the count the roofline reads (cost_models/moe.py). Priced at gemm's
+  coefficient (TIED_TERMS); a feature of its own so that a source without expert timings could
+  leave it out of its rows (``measured``).
 - ``step_overhead``: one per step (scheduling, input preparation, sampled-token sync).
 - ``host_launch``: the host's time to issue one kernel, x every kernel of the step. Eager, the
   host issues kernels while the GPU runs earlier ones, so a step takes the longer of the two:
@@ -54,6 +60,7 @@ from cost_models.fitted_range import FittedRange, PricedByCounts
 from cost_models.hardware import HardwareSpec
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
+from cost_models.moe import expected_distinct_experts
 from cost_models.roofline import LOGIT_BYTES, _activation_elements_per_token
 
 # Kernel launches of the plain-PyTorch harness (calibration/decoder.py, unfused norm, as the H200
@@ -71,10 +78,14 @@ VLLM_LAUNCHES = (8, 1, 0)
 GEMM_TILE_CHOICES = (1, 64, 128)
 TERMS = ("step_overhead", "gemm", "activation_traffic", "prefill_attention", "decode_kv_read",
          "prefill_kv_read", "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
-         "mixed_decode_waves", "host_launch")
+         "mixed_decode_waves", "moe_experts", "host_launch")
 # Terms whose coefficient is 1 / a fraction of a datasheet peak, so at least 1 where the peak holds.
 EFFICIENCY_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
                     "lm_head", "logits", "mixed_decode_attention")
+# Terms priced at another term's coefficient, not fitted on their own: the experts are GEMMs, and held
+# out their own coefficient did worse (cost_models/profiles/README.md, "Physics files").
+TIED_TERMS = {"moe_experts": "gemm"}
+FITTED_TERMS = tuple(t for t in TERMS if t not in TIED_TERMS)
 # The device terms: every term but the per-step overhead and the host's launch time.
 DEVICE = slice(1, len(TERMS) - 1)
 TERM_UNITS = {
@@ -104,6 +115,10 @@ class PhysicsWork:
     gemm_tile_tokens: int
     wave_heads: int = 1             # query heads per rank: a decode's CTAs in a mixed step
     sm_count: int | None = None     # the GPU's SMs; None: mixed_decode_waves is not computed
+    router: tuple = (0.0, 0.0)      # MoE: the router's (FLOPs per token / peak, weight bytes / bandwidth)
+    expert: tuple = (0.0, 0.0)      # MoE: one expert pass's FLOPs / peak, one expert's bytes / bandwidth
+    num_experts: int = 0            # 0: a dense model (moe_experts is 0)
+    top_k: int = 0
 
     def features(self, counts: tuple, gemm_balance: float) -> np.ndarray:
         """The TERMS features of one step's work counts."""
@@ -129,7 +144,18 @@ class PhysicsWork:
                 self.kv_s_per_token * (decode_ctx + num_decodes), self.kv_s_per_token * prefill_ctx,
                 launches, layers * num_seqs, lm_head, self.logit_s_per_row * num_sampled,
                 self.attention_s_per_pair * (decode_ctx + num_decodes) * (num_prefills > 0),
-                self.decode_waves(num_decodes, decode_ctx, maximum) * (num_prefills > 0) * layers, launches]
+                self.decode_waves(num_decodes, decode_ctx, maximum) * (num_prefills > 0) * layers,
+                self.moe_blocks(tokens, tiled, gemm_balance, maximum), launches]
+
+    def moe_blocks(self, tokens, tiled, gemm_balance: float, maximum):
+        """The moe_experts feature: the router over the (tiled) tokens, and the experts: tokens x top_k
+        expert passes or the weights of the expected distinct experts the tokens touch, the longer."""
+        if not self.num_experts:
+            return 0.0 * tokens
+        (fr, wr), (fe, we) = self.router, self.expert
+        distinct = expected_distinct_experts(tokens, self.num_experts, self.top_k)
+        return (maximum(fr * tiled, gemm_balance * wr)
+                + maximum(fe * self.top_k * tokens, gemm_balance * we * distinct)) * (tokens > 0)
 
     def decode_waves(self, num_decodes, decode_ctx, maximum):
         """Waves of a step's (decode, query head) CTAs over the SMs x the keys of the mean decode
@@ -146,12 +172,17 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
     flops, bandwidth, b = hardware.bf16_flops, hardware.memory_bandwidth_Bps, spec.dtype_bytes
     layers, hidden = spec.num_layers, spec.hidden_size
     mats = 3 if spec.mlp_kind == "swiglu" else 2
-    ffn = spec.moe_intermediate_size * spec.num_experts_per_tok if spec.is_moe else spec.intermediate_size
-    ffn_weights = spec.mlp_params_per_layer if spec.is_moe else mats * hidden * ffn
+    ffn = spec.intermediate_size
+    ffn_weights = mats * hidden * ffn
     group_params = (  # (params a token touches, params read) of one layer's group on one rank
         (hidden * (spec.q_size + 2 * spec.kv_size),) * 2, (spec.q_size * hidden,) * 2,
         ((mats - 1) * hidden * ffn, (mats - 1) / mats * ffn_weights), (ffn * hidden, ffn_weights / mats))
-    groups = tuple((2 * layers * p / tp / flops, layers * w * b / tp / bandwidth) for p, w in group_params)
+
+    def group_of(p, w):
+        return 2 * layers * p / tp / flops, layers * w * b / tp / bandwidth
+    # An MoE model's MLP is its MoE block, which moe_experts prices (router and experts).
+    groups = tuple(group_of(p, w) for p, w in group_params[:2 if spec.is_moe else 4])
+    router, expert = hidden * spec.num_experts, mats * hidden * spec.moe_intermediate_size
     vocab = spec.vocab_size
     return PhysicsWork(
         groups=groups,
@@ -163,7 +194,8 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
         num_layers=layers, launches_per_layer=launches_per_layer(spec, launches),
         mixed_launches_per_layer=launches[2],
         gemm_tile_tokens=gemm_tile_tokens, wave_heads=spec.num_attention_heads // tp,
-        sm_count=hardware.sm_count)
+        sm_count=hardware.sm_count, router=group_of(router, router), expert=group_of(expert, expert),
+        num_experts=spec.num_experts, top_k=spec.num_experts_per_tok)
 
 
 def launches_per_layer(spec: ModelSpec, launches: tuple[int, int, int]) -> int:
@@ -172,6 +204,11 @@ def launches_per_layer(spec: ModelSpec, launches: tuple[int, int, int]) -> int:
     on the keys)."""
     other, per_norm, _ = launches
     return other + per_norm * (4 if spec.qk_norm else 2)
+
+
+def coefficient_vector(coefficients: dict) -> np.ndarray:
+    """The TERMS coefficients of a {FITTED_TERMS: value} dict, each tied term at its source's."""
+    return np.array([float(coefficients[TIED_TERMS.get(t, t)]) for t in TERMS])
 
 
 def step_time_of(coef: np.ndarray, features: np.ndarray):
@@ -200,10 +237,14 @@ class PhysicsCostModel(PricedByCounts):
 
     def __post_init__(self) -> None:
         check_tensor_parallel_size(self.model, self.tensor_parallel_size)
-        for term in TERMS:
+        for term in FITTED_TERMS:
             value = self.coefficients.get(term)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or value < 0:
                 raise ValueError(f"coefficients.{term}: {value!r} is not a non-negative number")
+        for term, source in TIED_TERMS.items():
+            if self.coefficients.get(term, self.coefficients[source]) != self.coefficients[source]:
+                raise ValueError(f"coefficients.{term}: {self.coefficients[term]!r}; it is priced at "
+                                 f"{source}'s coefficient ({self.coefficients[source]!r}), give none")
         if isinstance(self.gemm_balance, bool) or not isinstance(self.gemm_balance, (int, float)) \
                 or not self.gemm_balance > 0:
             raise ValueError(f"gemm_balance: {self.gemm_balance!r} is not a positive number")
@@ -212,7 +253,7 @@ class PhysicsCostModel(PricedByCounts):
                              f"mixed_decode_waves needs it (give sm_count in an inline spec)")
         object.__setattr__(self, "_work", physics_work(self.model, self.hardware, self.tensor_parallel_size,
                                                         self.launches, self.gemm_tile_tokens))
-        object.__setattr__(self, "_coef", np.array([float(self.coefficients[t]) for t in TERMS]))
+        object.__setattr__(self, "_coef", coefficient_vector(self.coefficients))
         object.__setattr__(self, "_allreduce", (allreduces_per_step(self.model.num_layers, self.tensor_parallel_size),
                                                 self.model.hidden_size * self.model.dtype_bytes))
         object.__setattr__(self, "_warned", [self.fitted_range is None])

@@ -13,7 +13,7 @@ import warnings
 
 from cost_models.fitted_range import FittedRange
 from cost_models.hardware import HardwareSpec
-from cost_models.model_spec import ModelSpec
+from cost_models.model_spec import ModelSpec, load_model
 
 # The config fields whose fitted span a model is checked against (ModelSpec names).
 MODEL_FIELDS = ("num_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_kv_heads",
@@ -38,8 +38,10 @@ def outside_fit(data: dict, spec: ModelSpec, hardware: HardwareSpec, tp: int) ->
         value = getattr(spec, name)
         if not lo <= value <= hi:
             problems.append(f"model.{name}: {value} is outside the fitted models' {lo}..{hi}")
-    if spec.is_moe or spec.mlp_kind != "swiglu":
-        problems.append("model: only dense SwiGLU models were fitted")
+    if spec.mlp_kind != "swiglu":
+        problems.append("model: only SwiGLU models were fitted")
+    if spec.is_moe and not any(load_model(m).is_moe for m in fitted["models"]):
+        problems.append("model: only dense models were fitted (the experts are priced as the dense GEMMs)")
     return "; ".join(problems) or None
 
 

@@ -2,6 +2,7 @@
 across models, leave-one-model-out error on the shared H200 timings, and where a file is valid."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -36,10 +37,32 @@ def test_features_of_a_tiny_model_by_hand():
     # 2 layers, 2 bytes). Launches: 22 + 8 x 2 norms = 38 a layer, 5 more for the second attention
     # group of a mixed step: 2 x 43. lm_head: max(2*8*10 x 2 rows, 8*10*2 bytes). Logits: 2 x 10 x
     # 4 bytes a row. The decode's 5 + 1 pairs in a step that prefills, x 64 FLOPs a pair. The unit
-    # GPU has no SM count, so mixed_decode_waves is not computed (0).
+    # GPU has no SM count, so mixed_decode_waves is not computed (0). A dense model has no MoE
+    # blocks: moe_experts is 0 and every other feature is what it was before the term.
     features = physics_work(TINY, UNIT_GPU).features(MIXED.work_counts, 1.0)
     assert features.tolist() == [1.0, 6912.0, 2784.0, 576.0, 192.0, 96.0, 86.0, 4.0, 320.0, 160.0, 384.0, 0.0,
-                                 86.0]
+                                 0.0, 86.0]
+
+
+TINY_MOE = dataclasses.replace(TINY, name="tiny-moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=4)
+EXPERTS = TERMS.index("moe_experts")
+
+
+@pytest.mark.parametrize("tokens, gemm, moe", [
+    # Per layer the router has 8 x 4 = 32 params, an expert 3 x 8 x 4 = 96; over 2 layers at 2 FLOPs
+    # and 2 bytes a param: router 128 FLOPs a token and 128 bytes, an expert 384 FLOPs a pass and
+    # 384 bytes. Distinct experts 4 (1 - (1 - 2/4)^T). gemm_balance 8; gemm is QKV and O alone
+    # (4 x 192 params x max(T, 8)): the MLP is the MoE block.
+    (1, 6144.0, 1024.0 + 6144.0),          # router max(128, 1024); experts max(384 x 2, 8 x 384 x 2)
+    (8, 6144.0, 1024.0 + 12240.0),         # router max(1024, 1024); experts max(6144, 8 x 384 x 3.984375)
+    (4096, 3145728.0, 524288.0 + 3145728.0),   # router 128 x 4096; experts 384 x 2 x 4096 > 8 x 384 x 4
+])
+def test_moe_experts_by_hand(tokens, gemm, moe):
+    work = physics_work(TINY_MOE, UNIT_GPU)
+    counts = BatchShape.of([tokens], [0]).work_counts
+    features = work.features(counts, 8.0)
+    assert (features[1], features[EXPERTS]) == (gemm, moe)
+    assert work.feature_columns(np.array([counts], float), 8.0).tolist() == [features.tolist()]
 
 
 LLAMA_8B = ModelSpec("llama-like", num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
@@ -183,3 +206,35 @@ def test_an_unseen_model_is_priced_from_its_config():
     # Qwen3-8B's 36 layers and QK-norm launches make it ~20% slower at batch 1 than Llama-3.1-8B.
     error = np.abs(predict(fit, qwen) / qwen.time_s - 1)
     assert float(np.mean(error)) < 0.075   # 6.9% (the launch/overhead tie above)
+
+
+def test_the_experts_are_priced_at_gemms_coefficient():
+    coefficients = dict.fromkeys(TERMS, 0.0) | {"gemm": 2.0, "moe_experts": 2.0}
+    model = PhysicsCostModel(TINY_MOE, UNIT_GPU, coefficients, 8.0)
+    shape = BatchShape.of([8], [0])
+    assert model.step_time_s(shape) == 2.0 * (6144.0 + 1024.0 + 12240.0)   # test_moe_experts_by_hand, 8 tokens
+    with pytest.raises(ValueError, match=r"coefficients\.moe_experts: 3\.0; it is priced at gemm's"):
+        PhysicsCostModel(TINY_MOE, UNIT_GPU, coefficients | {"moe_experts": 3.0}, 8.0)
+
+
+LSS_MOE = REFERENCE / "llmservingsim" / "profiles" / "RTXPRO6000" / "Qwen" / "Qwen3-30B-A3B-Instruct-2507" / "bf16"
+
+
+def test_kernel_sums_of_an_moe_profile_add_its_moe_block_where_it_was_timed():
+    if not LSS_MOE.is_dir():
+        pytest.skip(f"{LSS_MOE} absent: the shared LLMServingSim profiles are not on this machine")
+    from cost_models.fit.physics_sources import from_llmservingsim
+    from cost_models.fit.table_fit import fit_tables
+    from cost_models.importers import read_llmservingsim
+    samples = from_llmservingsim(LSS_MOE)
+    assert [s.tensor_parallel_size for s in samples] == [1]   # moe.csv is tp 1 only: tp 2 sums miss the experts
+    tp1 = samples[0]
+    tables = read_llmservingsim(LSS_MOE)[0]
+    fit = fit_tables(tables, holdout_every=0, routing=(128, 8))
+    one = [i for i, s in enumerate(tp1.shapes) if s.num_tokens == 1 and s.work_counts[1] == 16][0]
+    attention = tables.attention[4][(tables.attention[2] == 1) & (tables.attention[3] == 16)
+                                    & (tables.attention[0] == 0)][0]
+    # One decode at context 16: 48 layers x (dense ops + attention + the MoE block at 1 token, 8 experts).
+    expected = 48 * (fit.layer(1) + attention + fit.moe.time_at(1, 8.0)) + fit.whole_model(1) + fit.sequence(1)
+    assert tp1.time_s[one] == pytest.approx(expected, rel=1e-12)
+    assert fit.moe.time_at(1, 8.0) == pytest.approx(50.2297e-6, rel=1e-9)   # moe.csv: 1 token, 8 experts

@@ -12,10 +12,10 @@ from cost_models.fit.physics_sources import LOG_TERMS
 from cost_models.hardware import load_hardware
 from cost_models.importers.vllm_schedule import LoggedStep, reconstruct_shapes
 from cost_models.model_spec import load_model
-from cost_models.physics import TERMS, PhysicsCostModel
+from cost_models.physics import FITTED_TERMS, PhysicsCostModel
 
 # LOG_TERMS: the terms a log of one model can tell apart; the others are 0 in the synthetic truth.
-TRUE = {**dict.fromkeys(TERMS, 0.0), "step_overhead": 3e-3, "gemm": 1.4, "prefill_attention": 2.2,
+TRUE = {**dict.fromkeys(FITTED_TERMS, 0.0), "step_overhead": 3e-3, "gemm": 1.4, "prefill_attention": 2.2,
         "decode_kv_read": 1.3, "prefill_kv_read": 2.0, "layer_seq": 2e-7}
 TRUE_BALANCE = 1.6
 

@@ -20,8 +20,8 @@ from cost_models.fit.report import family_errors
 from cost_models.fitted_range import step_counts
 from cost_models.hardware import HardwareSpec
 from cost_models.model_spec import ModelSpec
-from cost_models.physics import (DEVICE, EFFICIENCY_TERMS, GEMM_TILE_CHOICES, HARNESS_LAUNCHES, TERMS,
-                                  physics_work, step_time_of)
+from cost_models.physics import (DEVICE, EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, HARNESS_LAUNCHES,
+                                  TERMS, TIED_TERMS, coefficient_vector, physics_work, step_time_of)
 
 _BALANCE_GRID = np.geomspace(1.0, 8.0, 25)   # >= 1: with gemm >= 1, no weight read beats peak bandwidth
 _GOLDEN_STEPS = 20
@@ -29,6 +29,7 @@ _IRLS_STEPS = 10
 _IRLS_FLOOR = 1e-3
 _BRANCH_STEPS = 20
 OVERHEAD_PRIOR = 0.03
+_TIED = [(TERMS.index(t), TERMS.index(source)) for t, source in TIED_TERMS.items()]
 
 
 @dataclass(frozen=True)
@@ -94,8 +95,8 @@ def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = Fal
 
     def loss(balance: float) -> tuple[float, np.ndarray]:
         features = _design(samples, balance, tile)
-        coef = _fit_branches(features / y[:, None], host_bound, floor)
-        residual = _predict(features, coef) / y - 1
+        coef = _fit_branches(_tie(features) / y[:, None], host_bound, floor)
+        residual = _predict(features, _untie(coef)) / y - 1
         return float(residual @ residual), coef
     losses = [loss(b)[0] for b in _BALANCE_GRID]
     best = int(np.argmin(losses))
@@ -112,17 +113,35 @@ def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = Fal
     if losses[best] < loss(balance)[0]:
         balance = float(_BALANCE_GRID[best])
     features = _design(samples, balance, tile)
-    coef = _refine_l1(features / y[:, None], loss(balance)[1], host_bound, floor)
+    coef = _untie(_refine_l1(_tie(features) / y[:, None], loss(balance)[1], host_bound, floor))
     predicted = _predict(features, coef)
     families = [f for s in samples for f in s.families]
     train = family_errors(predicted, y, families, np.ones(len(y), bool))
     loss_value = float(np.mean(np.abs(predicted / y - 1)))
-    return PhysicsFit(dict(zip(TERMS, map(float, coef))), balance, train, tile, loss_value)
+    coefficients = {t: float(c) for t, c in zip(TERMS, coef) if t in FITTED_TERMS}
+    return PhysicsFit(coefficients, balance, train, tile, loss_value)
+
+
+def _tie(features: np.ndarray) -> np.ndarray:
+    """The design with each tied term's column added to its source's (TIED_TERMS): one coefficient."""
+    out = features.copy()
+    for term, source in _TIED:
+        out[:, source] += out[:, term]
+        out[:, term] = 0.0
+    return out
+
+
+def _untie(coef: np.ndarray) -> np.ndarray:
+    """Coefficients of the tied design with each tied term at its source's."""
+    coef = coef.copy()
+    for term, source in _TIED:
+        coef[term] = coef[source]
+    return coef
 
 
 def predict(fit: PhysicsFit, samples: PhysicsSamples) -> np.ndarray:
     """The fitted model's whole-step times for ``samples`` (communication added back)."""
-    coef = np.array([fit.coefficients[t] for t in TERMS])
+    coef = coefficient_vector(fit.coefficients)
     predicted = _predict(samples.features(fit.gemm_balance, fit.gemm_tile_tokens), coef)
     return predicted if samples.comm_s is None else predicted + samples.comm_s
 

@@ -2,7 +2,9 @@
 
 - our harness's ``timings.csv`` and the H200 ``steps.csv``: whole steps, every term measured;
 - an LLMServingSim profile folder: per TP degree, the kernel sum of each attention grid point's step,
-  num_layers x (dense ops(tokens) + the measured attention) + whole-model ops + lm_head and sampler.
+  num_layers x (dense ops(tokens) + the measured attention + an MoE model's MoE block from moe.csv,
+  read at the step's expected distinct experts, cost_models/moe.py) + whole-model ops + lm_head and sampler
+  (an MoE model's degree without moe.csv is left out: its sums would not be whole steps).
   Kernel sums hold no CPU time, so the per-step overhead and the host's launches are not measured;
 - a Vidur ``mlp.csv``: per TP degree, num_layers x the non-attention operators of a step of that many
   tokens; attention, the lm_head and the per-step overhead are not in it;
@@ -28,7 +30,7 @@ from cost_models.physics import TERMS, VLLM_LAUNCHES
 
 KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
                     "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
-                    "mixed_decode_waves")
+                    "mixed_decode_waves", "moe_experts")
 DENSE_TERMS = ("gemm", "activation_traffic", "layer_launch", "layer_seq")
 # The terms a vLLM log of one model can tell apart: for one model the others are constants per step
 # or multiples of these (launches, the lm_head's weight read, activations above the GEMM knee).
@@ -50,7 +52,10 @@ def from_llmservingsim(profile_dir: Path) -> list[PhysicsSamples]:
     out = []
     for tables in read_llmservingsim(profile_dir):
         spec, hardware = load_model(tables.model), load_hardware(tables.hardware)
-        fit = fit_tables(tables, holdout_every=0)
+        if spec.is_moe and tables.moe is None:
+            continue   # no moe.csv (Qwen3-30B-A3B's tp 2): its steps' sums would miss the MoE blocks
+        routing = (spec.num_experts, spec.num_experts_per_tok) if spec.is_moe else None
+        fit = fit_tables(tables, holdout_every=0, routing=routing)
         chunk, cached, n_decode, context, attention_s = tables.attention
         shapes, times = [], []
         for c, k, n, d, a in zip(chunk.astype(int), cached.astype(int), n_decode.astype(int),
@@ -61,7 +66,8 @@ def from_llmservingsim(profile_dir: Path) -> list[PhysicsSamples]:
             tokens, sampled = shape.num_tokens, shape.num_sampled
             whole = fit.whole_model(tokens) if fit.whole_model is not None else 0.0
             shapes.append(shape)
-            times.append(spec.num_layers * (fit.layer(tokens) + a) + whole + fit.sequence(sampled))
+            moe = fit.moe.time_s(tokens) if fit.moe is not None else 0.0
+            times.append(spec.num_layers * (fit.layer(tokens) + a + moe) + whole + fit.sequence(sampled))
         out.append(PhysicsSamples(spec, hardware, tables.tensor_parallel_size, shapes, np.array(times),
                                   f"kernel sums of {profile_dir}, tp {tables.tensor_parallel_size}",
                                   measured=KERNEL_SUM_TERMS, launches=VLLM_LAUNCHES))
