@@ -8,7 +8,7 @@ import numpy as np
 
 from cost_models.fit.model_file import sig4
 from cost_models.fit.physics_fit import PhysicsSamples, fit_physics, leave_one_model_out
-from cost_models.fit.physics_sources import read_physics_sources
+from cost_models.fit.physics_sources import is_vllm_log, read_physics_sources
 from cost_models.fit.report import format_errors
 from cost_models.importers.forms import sha256_of
 from cost_models.fit.run import FitOutcome
@@ -48,7 +48,7 @@ def source_files(sources: list[Path], request_lengths: Path | None = None) -> li
     for path in map(Path, sources):
         if (path / "meta.yaml").is_file():
             files += [path / "meta.yaml", *sorted(path.glob("tp*/*.csv"))]
-        elif path.suffix == ".log" or path.name.endswith("_iterations.csv"):
+        elif is_vllm_log(path):
             files.append(path)
         else:
             files.append(path / "timings.csv" if path.is_dir() else path)

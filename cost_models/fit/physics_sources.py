@@ -107,13 +107,18 @@ def from_vllm_log(path: Path, request_lengths: Path, model: str, hardware: str) 
                           launches=VLLM_LAUNCHES)
 
 
+def is_vllm_log(path: Path) -> bool:
+    """A vLLM iteration log source: ``*.log`` or ``*_iterations.csv``."""
+    return path.suffix == ".log" or path.name.endswith("_iterations.csv")
+
+
 def read_physics_sources(paths: list[Path], mode: str | None, hardware: str, model: str | None = None,
                          request_lengths: Path | None = None) -> list[PhysicsSamples]:
     """Every model's samples in each source, told apart by what the path holds (run.py's rule); a
     vLLM log (``*.log`` or ``*_iterations.csv``) needs ``request_lengths``, ``model`` and ``hardware``."""
     out = []
     for path in map(Path, paths):
-        if path.suffix == ".log" or path.name.endswith("_iterations.csv"):
+        if is_vllm_log(path):
             if request_lengths is None or not model or not hardware:
                 raise ValueError(f"{path}: a vLLM iteration log needs --request-lengths, --model and --hardware")
             out.append(from_vllm_log(path, Path(request_lengths), model, hardware))
