@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cost_models.decode_skew import skewed_time_s
+
 
 class GridTable:
     """Multilinear interpolation on a product grid, linear in each axis's value (see the module
@@ -71,11 +73,8 @@ class AttentionGrid:
 
     def time_s(self, new: np.ndarray, ctx: np.ndarray, counts: tuple, longest_decode: int = 0) -> float:
         """``longest_decode``: the longest context among the step's decodes (0: no skew term)."""
-        num_decodes = counts[2]
-        mean_s = self._at(new, ctx, counts, counts[1] / num_decodes if num_decodes else 0.0)
-        if self.decode_skew and num_decodes > 1 and longest_decode * num_decodes > counts[1]:
-            return mean_s + self.decode_skew * (self._at(new, ctx, counts, longest_decode) - mean_s)
-        return mean_s
+        return skewed_time_s(lambda context: self._at(new, ctx, counts, context), counts[2], counts[1],
+                             longest_decode, self.decode_skew)
 
     def _at(self, new: np.ndarray, ctx: np.ndarray, counts: tuple, decode_context: float) -> float:
         """The step's attention with every decode at ``decode_context``."""

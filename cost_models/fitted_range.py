@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 from cost_models.base import decode_steps_time_s
 from cost_models.batch_shape import BatchShape
+from cost_models.decode_skew import skewed_time_s
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,23 @@ class PricedByCounts:
     """What a fitted form that prices a step from its work counts alone shares (the parametric
     and physics models): one warning outside ``fitted_range``, and runs of decode steps. The
     form gives ``name``, ``fitted_range``, ``_warned`` ([True] when nothing is to be warned of)
-    and ``_time_s(counts)``."""
+    and ``_time_s(counts)``; a form whose decodes of unequal context cost more sets ``decode_skew``
+    (cost_models/decode_skew.py)."""
+    decode_skew = 0.0
 
     def step_time_s(self, shape: BatchShape) -> float:
         counts = step_counts(shape)
         if not self._warned[0]:
             self.fitted_range.warn_once(self.name, shape, counts, self._warned)
+        if self.decode_skew and counts[2] > 1:
+            return self._skewed_time_s(counts, shape.longest_decode_context)
         return self._time_s(counts)
+
+    def _skewed_time_s(self, counts: tuple, longest: int) -> float:
+        """_time_s of a step whose decodes differ in context: the skew rule over its decode context."""
+        def time_at(mean_context: float) -> float:
+            return self._time_s((counts[0], mean_context * counts[2], *counts[2:]))
+        return skewed_time_s(time_at, counts[2], counts[1], longest, self.decode_skew)
 
     def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
                             num_steps: int) -> list[float]:
@@ -75,6 +86,9 @@ class PricedByCounts:
         if not self._warned[0] and self.fitted_range.outside(
                 None, decode_counts(num_seqs, context_sum + last * num_seqs), longest + last + 1):
             return decode_steps_time_s(self, num_seqs, context_sum, longest, num_steps)
+        if self.decode_skew and num_seqs > 1:
+            return [self._skewed_time_s(decode_counts(num_seqs, context_sum + i * num_seqs), longest + i)
+                    for i in range(num_steps)]
         return [self._time_s(decode_counts(num_seqs, context_sum + i * num_seqs))
                 for i in range(num_steps)]
 

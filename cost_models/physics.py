@@ -47,7 +47,9 @@ never measured from its config alone.
   host issues kernels while the GPU runs earlier ones, so a step takes the longer of the two:
   step_overhead + max(host_launch x launches, device terms). Under CUDA graphs it is 0.
 Communication at tensor_parallel_size > 1 is the roofline's all-reduce (cost_models/interconnect.py),
-added as it is, not fitted.
+added as it is, not fitted. Decodes of unequal context cost t(mean) + alpha (t(longest) - t(mean))
+(cost_models/decode_skew.py), alpha as the fitted sources measured it (``decode_skew``; 0 where none
+did): the grids the terms are fitted on hold decodes of one context only.
 """
 from __future__ import annotations
 
@@ -230,6 +232,7 @@ class PhysicsCostModel(PricedByCounts):
     name: str = "physics"
     launches: tuple[int, int, int] = HARNESS_LAUNCHES   # the engine's kernels (launches_per_layer)
     gemm_tile_tokens: int = 1
+    decode_skew: float = 0.0   # alpha of unequal decode contexts, as measured (cost_models/decode_skew.py)
     _work: PhysicsWork = field(init=False, repr=False, compare=False)
     _coef: np.ndarray = field(init=False, repr=False, compare=False)
     _allreduce: tuple = field(init=False, repr=False, compare=False)
@@ -248,6 +251,9 @@ class PhysicsCostModel(PricedByCounts):
         if isinstance(self.gemm_balance, bool) or not isinstance(self.gemm_balance, (int, float)) \
                 or not self.gemm_balance > 0:
             raise ValueError(f"gemm_balance: {self.gemm_balance!r} is not a positive number")
+        if isinstance(self.decode_skew, bool) or not isinstance(self.decode_skew, (int, float)) \
+                or not 0 <= self.decode_skew <= 1:
+            raise ValueError(f"decode_skew: {self.decode_skew!r} is not a number from 0 to 1")
         if self.coefficients["mixed_decode_waves"] > 0 and self.hardware.sm_count is None:
             raise ValueError(f"hardware.sm_count: unknown for {self.hardware.name!r}; the physics term "
                              f"mixed_decode_waves needs it (give sm_count in an inline spec)")

@@ -62,4 +62,13 @@ def load_physics(data: dict, spec: ModelSpec, hardware: HardwareSpec, tp: int,
     return PhysicsCostModel(spec, hardware, coefficients, float(data["gemm_balance"]), tp,
                             FittedRange.from_json(data["fitted_range"]), data["name"],
                             (int(launches["other"]), int(launches["per_norm"]), int(launches.get("mixed", 0))),
-                            int(data.get("gemm_tile_tokens", 1)))
+                            int(data.get("gemm_tile_tokens", 1)), decode_skew_at(data, tp))
+
+
+def decode_skew_at(data: dict, tp: int) -> float:
+    """The file's measured alpha of unequal decode contexts at ``tp``, or at the nearest TP degree
+    measured (the lower of two as near); 0 where none was measured."""
+    by_tp = {int(k): float(v) for k, v in (data.get("decode_skew") or {}).get("alpha_by_tp", {}).items()}
+    if not by_tp:
+        return 0.0
+    return by_tp[min(by_tp, key=lambda measured: (abs(measured - tp), measured))]
