@@ -31,8 +31,10 @@ def run_physics_fit(sources: list[Path], mode: str | None = None, hardware: str 
     data = physics_json(samples, fit, lomo, name, mode)
     data["source"] = {"description": "; ".join(sorted({s.source for s in samples})),
                       "files": {str(p): sha256_of(p) for p in source_files(sources, request_lengths)}}
-    lines = [f"{name}: physics fit of {sum(len(s.shapes) for s in samples)} steps of "
-             f"{', '.join(data['fitted_on']['models'])} on {', '.join(gpus)} ({mode})"]
+    parts = sorted({s.part for s in samples if not s.is_step})
+    lines = [f"{name}: physics fit of {sum(len(s.shapes) for s in samples if s.is_step)} steps of "
+             f"{', '.join(data['fitted_on']['models'])} on {', '.join(gpus)} ({mode})"
+             + (f", and their {', '.join(parts)} timed apart" if parts else "")]
     lines += [f"  {t:<24} {sig4(v):<12} {TERM_UNITS[t]}" for t, v in fit.coefficients.items()]
     lines.append(f"  {'gemm_balance':<24} {sig4(fit.gemm_balance)}")
     lines.append(f"  {'gemm_tile_tokens':<24} {fit.gemm_tile_tokens}")
@@ -56,7 +58,7 @@ def source_files(sources: list[Path], request_lengths: Path | None = None) -> li
 
 
 def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode: str) -> dict:
-    shapes = [shape for s in samples for shape in s.shapes]
+    shapes = [shape for s in samples if s.is_step for shape in s.shapes]
     specs = list({s.spec.name: s.spec for s in samples}.values())
     measured = sorted({t for s in samples for t in s.measured}, key=TERMS.index)
     launches = samples[0].launches
@@ -72,8 +74,21 @@ def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode
         "fitted_on": {"gpus": sorted({s.hardware.name for s in samples}), "models": [s.name for s in specs],
                       "tensor_parallel_sizes": sorted({s.tensor_parallel_size for s in samples}),
                       "modes": [mode], "sources": sorted({s.source for s in samples}),
-                      "model_ranges": model_ranges(specs), "steps": len(shapes)},
+                      "model_ranges": model_ranges(specs), "steps": len(shapes),
+                      "parts": sorted({s.part for s in samples if not s.is_step})},
         "fitted_range": FittedRange.of_shapes(shapes).to_json(),
+        "decode_skew": decode_skew_json(samples),
         "leave_one_model_out": lomo, "train_errors": fit.train_errors,
-        "step_time_range_s": [float(np.min([s.time_s.min() for s in samples])),
-                              float(np.max([s.time_s.max() for s in samples]))]}
+        "step_time_range_s": [float(np.min([s.time_s.min() for s in samples if s.is_step])),
+                              float(np.max([s.time_s.max() for s in samples if s.is_step]))]}
+
+
+def decode_skew_json(samples: list[PhysicsSamples]) -> dict:
+    """The sources' measured alpha of unequal decode contexts, averaged per TP degree over the models."""
+    by_tp: dict[int, list[float]] = {}
+    for s in samples:
+        if s.is_step and s.decode_skew is not None:
+            by_tp.setdefault(s.tensor_parallel_size, []).append(s.decode_skew)
+    return {"alpha_by_tp": {str(tp): sig4(float(np.mean(v))) for tp, v in sorted(by_tp.items())},
+            "source": "the mean over the fitted models of each source's own measure (an LLMServingSim "
+                      "profile's meta.yaml skew_fit alpha_default); cost_models/decode_skew.py"}

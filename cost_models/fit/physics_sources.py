@@ -4,7 +4,8 @@
 - an LLMServingSim profile folder: per TP degree, the kernel sum of each attention grid point's step,
   num_layers x (dense ops(tokens) + the measured attention + an MoE model's MoE block from moe.csv,
   read at the step's expected distinct experts, cost_models/moe.py) + whole-model ops + lm_head and sampler
-  (an MoE model's degree without moe.csv is left out: its sums would not be whole steps).
+  (an MoE model's degree without moe.csv is left out: its sums would not be whole steps), and the
+  lm_head and sampler of per_sequence.csv as rows of their own.
   Kernel sums hold no CPU time, so the per-step overhead and the host's launches are not measured;
 - a Vidur ``mlp.csv``: per TP degree, num_layers x the non-attention operators of a step of that many
   tokens; attention, the lm_head and the per-step overhead are not in it;
@@ -15,6 +16,7 @@ profile are not summed in (the physics model prices communication apart, cost_mo
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +33,7 @@ from cost_models.physics import TERMS, VLLM_LAUNCHES
 KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
                     "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
                     "mixed_decode_waves", "moe_experts")
+SEQUENCE_TERMS = ("lm_head", "logits")
 DENSE_TERMS = ("gemm", "activation_traffic", "layer_launch", "layer_seq")
 # The terms a vLLM log of one model can tell apart: for one model the others are constants per step
 # or multiples of these (launches, the lm_head's weight read, activations above the GEMM knee).
@@ -70,8 +73,29 @@ def from_llmservingsim(profile_dir: Path) -> list[PhysicsSamples]:
             times.append(spec.num_layers * (fit.layer(tokens) + a + moe) + whole + fit.sequence(sampled))
         out.append(PhysicsSamples(spec, hardware, tables.tensor_parallel_size, shapes, np.array(times),
                                   f"kernel sums of {profile_dir}, tp {tables.tensor_parallel_size}",
-                                  measured=KERNEL_SUM_TERMS, launches=VLLM_LAUNCHES))
+                                  measured=KERNEL_SUM_TERMS, launches=VLLM_LAUNCHES,
+                                  decode_skew=_decode_skew(tables)))
+        out.append(_per_sequence_part(out[-1], tables.sequence_ops))
     return out
+
+
+def _decode_skew(tables) -> float | None:
+    """The profile's measured alpha for unequal decode contexts at this TP degree (None: no sweep)."""
+    alpha = (tables.notes.get("decode_skew") or {}).get("alpha_by_tp", {}).get(str(tables.tensor_parallel_size))
+    return None if alpha is None else float(alpha)
+
+
+def _per_sequence_part(steps: PhysicsSamples, sequence_ops: dict) -> PhysicsSamples:
+    """The profile's lm_head and sampler against the sequences sampled, as rows of their own.
+
+    In whole-step sums the lm_head's weight read is a constant per step, like each layer's kernel
+    floors, and the fit cannot tell them apart: held out, Llama-3.1-8B's lm_head came out 4x its
+    measured time (cost_models/profiles/README.md, "Physics files"). Its own timings settle it.
+    """
+    sequences = np.unique(np.concatenate([x for x, _ in sequence_ops.values()]))
+    time_s = sum(np.interp(sequences, x, y) for x, y in sequence_ops.values())
+    shapes = [BatchShape.of([1] * int(n), [0] * int(n)) for n in sequences]
+    return replace(steps, shapes=shapes, time_s=time_s, measured=SEQUENCE_TERMS, part="lm_head and sampler")
 
 
 def from_vidur(mlp_csv: Path) -> list[PhysicsSamples]:
