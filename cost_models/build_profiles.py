@@ -2,6 +2,7 @@
 and from our own harness runs in calibration/data/.
 
     python -m cost_models.build_profiles [REFERENCE_DIR [NAME ...]]   (NAME: only these files)
+    python -m cost_models.build_profiles --physics | --roofline [REFERENCE_DIR]   (those files alone)
 
 Each file is derived (fitted coefficients or compact tables with provenance and held-out error);
 none is a copy of the published rows.
@@ -69,6 +70,35 @@ def physics_jobs(ref: Path) -> list[tuple[str, list[Path], str | None, str]]:
                                           lss / "Qwen/Qwen3-30B-A3B-Instruct-2507/bf16"], None, "")]
 
 
+def roofline_jobs(ref: Path) -> dict[str, tuple[list[Path], str | None, str]]:
+    """GPU -> (sources, mode, phrase) the roofline's defaults are fitted on (cost_models/fit/roofline_fit.py):
+    every GPU whose whole steps the shared data measured, in the mode vLLM serves in (CUDA graphs)."""
+    lss = ref / _LSS
+    return {
+        "h200": ([ref / "h200" / "steps.csv"], "cuda_graph",
+                 "../shared/reference/h200/steps.csv, CUDA graph (plain-PyTorch harness; CUDA-event step times)"),
+        "rtx-pro-6000": ([lss / "RTXPRO6000/meta-llama/Llama-3.1-8B/bf16", lss / "RTXPRO6000/Qwen/Qwen3-32B/bf16",
+                          lss / "RTXPRO6000/Qwen/Qwen3-30B-A3B-Instruct-2507/bf16"], None,
+                         "LLMServingSim vLLM 0.19 kernel sums, ../shared/reference/llmservingsim/profiles/RTXPRO6000 (tp 1)"),
+        "rtx-4090": ([lss / "RTX4090/meta-llama/Llama-3.1-8B/bf16"], None,
+                     "LLMServingSim vLLM 0.19 kernel sums, ../shared/reference/llmservingsim/profiles/RTX4090 (tp 1)")}
+
+
+def build_roofline(ref: Path) -> None:
+    import json
+    from cost_models.fit.physics_sources import read_physics_sources
+    from cost_models.fit.roofline_fit import defaults_json
+    from cost_models.roofline_defaults import DEFAULTS_PATH
+    fits = {gpu: (read_physics_sources(sources, mode, gpu), phrase)
+            for gpu, (sources, mode, phrase) in roofline_jobs(ref).items()}
+    data = defaults_json(fits)
+    DEFAULTS_PATH.write_text(json.dumps(data, indent=1) + "\n")
+    for gpu, entry in data["gpus"].items():
+        print(gpu, {k: entry[k] for k in ("compute_efficiency", "bandwidth_efficiency", "step_overhead_s", "launch_s")},
+              {f: e["mape_pct"] for f, e in entry["train_errors"].items()})
+    print("other GPUs", data["other_gpus"])
+
+
 def overlapped_cpu_overhead(data: dict) -> dict:
     """The ``step_overhead`` block of a vLLM 0.19 kernel-table profile: 0 s, and why.
 
@@ -122,6 +152,7 @@ def main(argv: list[str]) -> None:
         write_outputs(outcome, PROFILES_DIR / f"{request.name}.json", None)
         print(outcome.report.splitlines()[0])
     build_physics(ref)
+    build_roofline(ref)
 
 
 def build_physics(ref: Path) -> None:
@@ -149,5 +180,7 @@ def _relative(path: str, ref: Path) -> str:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--physics"]:   # the physics files alone (the tables take minutes)
         build_physics(Path(sys.argv[2]) if sys.argv[2:] else DEFAULT_REFERENCE)
+    elif sys.argv[1:2] == ["--roofline"]:   # the roofline's fitted defaults alone
+        build_roofline(Path(sys.argv[2]) if sys.argv[2:] else DEFAULT_REFERENCE)
     else:
         main(sys.argv[1:])

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
+from cost_models.launches import HARNESS_LAUNCHES, launches_per_layer
 from cost_models.fitted_range import FittedRange, PricedByCounts
 from cost_models.hardware import HardwareSpec
 from cost_models.memory import check_tensor_parallel_size
@@ -65,16 +66,6 @@ from cost_models.model_spec import ModelSpec
 from cost_models.moe import expected_distinct_experts
 from cost_models.roofline import LOGIT_BYTES, _activation_elements_per_token
 
-# Kernel launches of the plain-PyTorch harness (calibration/decoder.py, unfused norm, as the H200
-# reference): besides the norms, QKV 1, RoPE 5 on q and 5 on k, attention 4 (two KV-cache writes,
-# SDPA, the output copy), O 1, two residual adds, gate_up 1, SiLU 1, mul 1, down 1 = 22; one unfused
-# RMSNorm 8 (upcast, pow, mean, add, rsqrt, mul, downcast, weight mul); a step that both prefills
-# and decodes attends in two groups: 4 more, and 1 to concatenate their outputs.
-HARNESS_LAUNCHES = (22, 8, 5)
-# vLLM's fused kernels: besides the norms, QKV 1, RoPE 1, KV-cache write 1, attention 1, O 1,
-# gate_up 1, SiLU-and-mul 1, down 1 = 8; one (fused add +) RMSNorm 1; a mixed batch is one
-# variable-length attention call.
-VLLM_LAUNCHES = (8, 1, 0)
 # Rows of one GEMM tile that a fit may find (1: no rounding): a step's GEMMs compute its tokens
 # rounded up to whole tiles, as measured dense tables step (cost_models/profiles/README.md).
 GEMM_TILE_CHOICES = (1, 64, 128)
@@ -198,14 +189,6 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
         gemm_tile_tokens=gemm_tile_tokens, wave_heads=spec.num_attention_heads // tp,
         sm_count=hardware.sm_count, router=group_of(router, router), expert=group_of(expert, expert),
         num_experts=spec.num_experts, top_k=spec.num_experts_per_tok)
-
-
-def launches_per_layer(spec: ModelSpec, launches: tuple[int, int, int]) -> int:
-    """Kernel launches of one layer: ``launches`` = (launches besides the RMSNorms, launches of one
-    RMSNorm, more in a mixed step); a layer runs two RMSNorms, four with QK-norm (on the queries and
-    on the keys)."""
-    other, per_norm, _ = launches
-    return other + per_norm * (4 if spec.qk_norm else 2)
 
 
 def coefficient_vector(coefficients: dict) -> np.ndarray:

@@ -5,7 +5,9 @@ takes max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) on one tensor
 the groups run one after another, so their times add. One roofline per group is more honest than one
 global max: a mixed step's decode attention is bandwidth-bound while its GEMMs may be compute-bound.
 Tensor parallelism adds two all-reduces per layer (after attention and after the MLP), each a ring
-all-reduce over the GPU's link (cost_models/interconnect.py).
+all-reduce over the GPU's link (cost_models/interconnect.py). A step also pays each layer's kernel
+floors and a per-step overhead. The efficiencies and overheads default to values fitted on measured
+steps (cost_models/catalog/roofline_defaults.json, which says where each came from).
 
 ``step_time_s`` reads the batch's work counts and does scalar arithmetic on constants precomputed
 in ``__post_init__``.
@@ -19,10 +21,12 @@ from dataclasses import dataclass, field
 from cost_models.batch_shape import BatchShape
 from cost_models.hardware import HardwareSpec
 from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
+from cost_models.launches import VLLM_LAUNCHES, launches_per_layer
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
 from cost_models.moe import expected_distinct_experts
 from cost_models.precision import linear_peak_flops
+from cost_models.roofline_defaults import DEFAULTED, roofline_defaults
 
 # Full-width hidden-state traffic per token per layer, in hidden_size elements, replicated on every
 # rank: two RMSNorms (read + write: 4), two residual adds (two reads + one write: 6), the inputs of
@@ -36,28 +40,33 @@ class RooflineCostModel:
     model: ModelSpec
     hardware: HardwareSpec
     tensor_parallel_size: int = 1
-    # Large BF16 GEMMs reach 60-75% of the dense datasheet peak (the H200 reference measured
-    # 761-766 of 989 TFLOP/s on 8192^3); whole layers with smaller GEMMs and attention do less.
-    compute_efficiency: float = 0.6
-    # Streaming kernels reach ~85% of datasheet bandwidth (H200 reference: 4.06-4.18 of 4.8 TB/s).
-    bandwidth_efficiency: float = 0.8
-    # Per-step time no kernel accounts for: vLLM's scheduler, input preparation and the host-device
-    # sync of sampled tokens, plus launch gaps. The H200 reference's CUDA-graph decode at batch 1
-    # spends ~3.9 ms beyond reading the weights at measured bandwidth in a plain-PyTorch harness
-    # with ~20 kernels per layer; an engine with fused kernels sits nearer 2 ms.
-    step_overhead_s: float = 2e-3
+    # None: the value fitted on the GPU's measured steps, or across the GPUs measured for any other
+    # (cost_models/catalog/roofline_defaults.json, written by cost_models/fit/roofline_fit.py:
+    # compute and bandwidth as fractions of the datasheet peaks).
+    compute_efficiency: float | None = None
+    bandwidth_efficiency: float | None = None
+    # Per-step time no kernel accounts for (scheduling, input preparation, the sampled tokens' sync).
+    step_overhead_s: float | None = None
     # Fixed cost of one all-reduce, paid 2 x num_layers times per step at tensor_parallel_size > 1;
     # None: NCCL's latencies for the GPU's link (base plus 2(N-1) hops, cost_models/interconnect.py).
     allreduce_latency_s: float | None = None
+    # Least time of one kernel of a layer, x vLLM's kernels per layer (cost_models/launches.py) x
+    # layers: the per-layer fixed cost of a step (~40 us a layer for vLLM's fused kernels).
+    launch_s: float | None = None
     _k: "_PerRank" = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_tensor_parallel_size(self.model, self.tensor_parallel_size)
+        unset = [name for name in DEFAULTED if getattr(self, name) is None]
+        if unset:
+            defaults = roofline_defaults(self.hardware.name)
+            for name in unset:
+                object.__setattr__(self, name, defaults[name])
         for name in ("compute_efficiency", "bandwidth_efficiency"):
             value = getattr(self, name)
             if not _is_number(value) or not 0 < value <= 1:
                 raise ValueError(f"cost_model.{name}: {value!r} must be a number in (0, 1]")
-        for name in ("step_overhead_s", "allreduce_latency_s"):
+        for name in ("step_overhead_s", "allreduce_latency_s", "launch_s"):
             value = getattr(self, name)
             if value is None and name == "allreduce_latency_s":
                 continue
@@ -78,7 +87,7 @@ class RooflineCostModel:
         time_s += k.attention_s(prefill_pairs, prefill_ctx + prefill_tokens, prefill_tokens)
         if k.state_rw_s_per_seq:
             time_s += k.state_s(tokens, num_seqs)
-        return time_s + sampling_s + allreduce_s + self.step_overhead_s
+        return time_s + sampling_s + allreduce_s + k.fixed_s
 
     def decode_steps_time_s(self, num_seqs: int, context_sum: int, longest: int,
                             num_steps: int) -> list[float]:
@@ -88,7 +97,7 @@ class RooflineCostModel:
         k = self._k
         attention_s = k.attention_s
         linear_s, sampling_s, allreduce_s = self._token_terms(num_seqs, num_seqs)
-        overhead_s = self.step_overhead_s
+        overhead_s = k.fixed_s
         times, pairs = [], context_sum + num_seqs
         if k.state_rw_s_per_seq:   # a hybrid model's state layers, as step_time_s adds them
             state_s = k.state_s(num_seqs, num_seqs)
@@ -145,6 +154,7 @@ class _PerRank:
     logit_s_per_row: float         # writing one row of fp32 logits
     allreduces: int                # per step; 0 at tensor_parallel_size 1
     allreduce_bytes_per_token: int  # one token's hidden state, all-reduced after attention and MLP
+    fixed_s: float                 # a step's kernel floors (launches) and its per-step overhead
     scan_s_per_token: float = 0.0  # state layers' recurrent update of one token (hybrid models)
     state_rw_s_per_seq: float = 0.0   # reading and writing one sequence's states (hybrid models)
 
@@ -195,6 +205,7 @@ def _per_rank(m: RooflineCostModel) -> _PerRank:
         logit_s_per_row=vocab * LOGIT_BYTES / tp / bandwidth,
         allreduces=allreduces_per_step(layers, tp),
         allreduce_bytes_per_token=hidden * b,
+        fixed_s=layers * launches_per_layer(spec, VLLM_LAUNCHES) * m.launch_s + m.step_overhead_s,
         scan_s_per_token=state.num_layers * state.scan_flops_per_token(tp) / flops if state else 0.0,
         state_rw_s_per_seq=2 * state.num_layers * state.state_bytes(tp) / bandwidth if state else 0.0)
 

@@ -282,6 +282,6 @@ def test_counted_cohort_blocks_are_credited_when_blocks_get_identities(monkeypat
         return original(self)
 
     monkeypatch.setattr(DecodeCohort, "credit_counted_blocks", recording)
-    for seed in (22, 23, 37, 43, 51, 57, 59):
+    for seed in (22, 23, 37, 43, 45, 57, 59):
         assert_fast_equals_stepwise(chunked_prefill_pressure_scenario(seed))
     assert sum(1 for members in credited if members) >= 7

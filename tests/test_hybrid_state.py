@@ -180,15 +180,16 @@ def test_steps_file_has_the_state_slots_column_only_for_a_hybrid_model(tmp_path,
 def test_roofline_prices_each_sequences_state_read_and_write_and_its_run_method_agrees():
     # Cost (docs/hybrid-state-semantics.md): at TP 2 a sequence's states are 36 layers x 548,864
     # B; a step reads and writes them once: 2 x 36 x 548,864 = 39,518,208 B per scheduled
-    # sequence at 0.8 x the H200's 4.8 TB/s. The recurrence's FLOPs (36 x 6 x 16 x 128 x 128 per
-    # token at 0.6 x 989 TFLOP/s) are far below that for decodes.
+    # sequence at the roofline's bandwidth efficiency for the H200 x its 4.8 TB/s. The recurrence's
+    # FLOPs (36 x 6 x 16 x 128 x 128 per token at its compute efficiency x 989 TFLOP/s) are far
+    # below that for decodes.
     from cost_models.batch_shape import BatchShape
     from cost_models.roofline import RooflineCostModel
     h200 = load_hardware("h200")
     model = RooflineCostModel(QWEN3_NEXT, h200, tensor_parallel_size=2)
     k = model._k
-    assert k.state_rw_s_per_seq == 39_518_208 / (h200.memory_bandwidth_Bps * 0.8)
-    assert k.scan_s_per_token == 36 * 6 * 16 * 128 * 128 / (h200.bf16_flops * 0.6)
+    assert k.state_rw_s_per_seq == 39_518_208 / (h200.memory_bandwidth_Bps * model.bandwidth_efficiency)
+    assert k.scan_s_per_token == 36 * 6 * 16 * 128 * 128 / (h200.bf16_flops * model.compute_efficiency)
     assert k.state_s(100, 100) == 100 * k.state_rw_s_per_seq
     assert k.state_s(8192, 1) == 8192 * k.scan_s_per_token   # a long prefill chunk: compute-bound
     for rows in (1, 7, 100):

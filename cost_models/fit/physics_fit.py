@@ -23,8 +23,9 @@ from cost_models.fit.report import family_errors
 from cost_models.fitted_range import step_counts
 from cost_models.hardware import HardwareSpec
 from cost_models.model_spec import ModelSpec
-from cost_models.physics import (DEVICE, EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, HARNESS_LAUNCHES,
-                                  TERMS, TIED_TERMS, coefficient_vector, physics_work, step_time_of)
+from cost_models.launches import HARNESS_LAUNCHES
+from cost_models.physics import (DEVICE, EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, TERMS, TIED_TERMS,
+                                  coefficient_vector, physics_work, step_time_of)
 
 _BALANCE_GRID = np.geomspace(1.0, 8.0, 25)   # >= 1: with gemm >= 1, no weight read beats peak bandwidth
 _GOLDEN_STEPS = 20

@@ -28,7 +28,8 @@ from cost_models.hardware import load_hardware
 from cost_models.importers import read_llmservingsim, read_step_timings, read_vidur, read_vllm_log
 from cost_models.importers.forms import number, read_csv_columns
 from cost_models.model_spec import load_model
-from cost_models.physics import TERMS, VLLM_LAUNCHES
+from cost_models.launches import VLLM_LAUNCHES
+from cost_models.physics import TERMS
 
 KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
                     "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
