@@ -67,7 +67,9 @@ def physics_jobs(ref: Path) -> list[tuple[str, list[Path], str | None, str]]:
     lss = ref / _LSS / "RTXPRO6000"
     return [(f"physics-h200-{mode}", [ref / "h200" / "steps.csv"], mode, "h200") for mode in ("cuda_graph", "eager")] + [
         ("physics-rtx-pro-6000-kernels", [lss / "meta-llama/Llama-3.1-8B/bf16", lss / "Qwen/Qwen3-32B/bf16",
-                                          lss / "Qwen/Qwen3-30B-A3B-Instruct-2507/bf16"], None, "")]
+                                          lss / "Qwen/Qwen3-30B-A3B-Instruct-2507/bf16"], None, ""),
+        # One model: no leave-one-model-out figure (cost_models/profiles/README.md).
+        ("physics-rtx-4090-kernels", [ref / _LSS / "RTX4090/meta-llama/Llama-3.1-8B/bf16"], None, "")]
 
 
 def roofline_jobs(ref: Path) -> dict[str, tuple[list[Path], str | None, str]]:

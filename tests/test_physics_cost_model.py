@@ -140,13 +140,17 @@ def _shipped(name: str) -> dict:
     return json.loads((PROFILES_DIR / f"{name}.json").read_text())
 
 
-@pytest.mark.parametrize("name", ["physics-h200-cuda_graph", "physics-h200-eager", "physics-rtx-pro-6000-kernels"])
+@pytest.mark.parametrize("name", ["physics-h200-cuda_graph", "physics-h200-eager", "physics-rtx-pro-6000-kernels",
+                                  "physics-rtx-4090-kernels"])
 def test_shipped_physics_files_are_non_negative_and_say_what_they_were_fitted_on(name):
     data = _shipped(name)
     assert all(v >= 0 for v in data["coefficients"].values())
     fitted = data["fitted_on"]
-    assert len(fitted["models"]) >= 2 and fitted["gpus"] and fitted["tensor_parallel_sizes"] and fitted["modes"]
-    assert set(data["leave_one_model_out"]) == set(fitted["models"])
+    assert fitted["models"] and fitted["gpus"] and fitted["tensor_parallel_sizes"] and fitted["modes"]
+    if len(fitted["models"]) == 1:   # the RTX 4090: one model profiled, nothing held out, and it says so
+        assert data["leave_one_model_out"] == {} and "one model" in data["leave_one_model_out_note"]
+    else:
+        assert set(data["leave_one_model_out"]) == set(fitted["models"])
 
 
 def test_an_unseen_larger_model_warns_once_naming_the_field():

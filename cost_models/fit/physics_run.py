@@ -29,6 +29,10 @@ def run_physics_fit(sources: list[Path], mode: str | None = None, hardware: str 
     fit = fit_physics(samples, host_bound)
     lomo = leave_one_model_out(samples, host_bound)
     data = physics_json(samples, fit, lomo, name, mode)
+    if not lomo:
+        data["leave_one_model_out_note"] = ("one model measured: nothing to hold out, so the training error is "
+                                            "the only figure; a model never measured is priced from terms "
+                                            "that one model's shapes could not all tell apart")
     data["source"] = {"description": "; ".join(sorted({s.source for s in samples})),
                       "files": {str(p): sha256_of(p) for p in source_files(sources, request_lengths)}}
     parts = sorted({s.part for s in samples if not s.is_step})
