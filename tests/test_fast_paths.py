@@ -1,8 +1,6 @@
 """The fast paths (the decode cohort and its multi-step runs, simulator/fastpath/) give exactly
 the step-by-step results (design §3: "provided results equal the step-by-step run exactly (a
 test proves it)") on random scenarios of every preset."""
-import math
-import warnings
 
 import numpy as np
 import pytest

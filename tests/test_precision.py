@@ -5,7 +5,7 @@ import json
 import pytest
 
 from cost_models.batch_shape import BatchShape
-from cost_models.hardware import GiB, load_hardware
+from cost_models.hardware import load_hardware
 from cost_models.memory import num_gpu_blocks, weights_bytes_per_rank
 from cost_models.model_spec import PRESETS, load_model
 from cost_models.precision import quantization_from_hf_config

@@ -1,5 +1,4 @@
 """Static batching (semantics §6, trap 18) and Orca (§5, trap 19) against hand-worked steps."""
-import pytest
 
 from tests.sched_helpers import Driver, make_scheduler, req
 

@@ -18,7 +18,7 @@ from simulator.scenario import ScenarioError, validate_scenario
 from simulator.sweep import execute
 from simulator.sweep.execute import run_sweep
 from simulator.scenario.paths import set_path
-from simulator.scenario.sweep_plan import build_plan, load_plan
+from simulator.scenario.sweep_plan import build_plan
 from simulator.sweep.table import SWEEP_CSV, SweepTable, format_cell
 
 TINY = {
