@@ -8,7 +8,7 @@ from simulator.runner import execution as runner
 from simulator.core.request import Request
 from simulator.engine.routing import (ROUTERS, LeastTokens, load_tokens, make_router,
                                       replica_summaries)
-from simulator.engine.simulation import Replica
+from simulator.engine.replica import Replica
 from simulator.fastpath.cohort import DecodeCohort
 from simulator.runner import prepare, simulate
 from simulator.scenario import ScenarioError, validate_scenario

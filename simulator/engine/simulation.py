@@ -18,7 +18,6 @@ import heapq
 import math
 from collections import deque
 from itertools import chain
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import simpy
@@ -26,39 +25,13 @@ import simpy
 from cost_models.base import StepCostModel
 from simulator.core.batch import Batch
 from simulator.core.request import Request
+from simulator.engine.clock import sleep_until
 from simulator.engine.disaggregation import PREFILL, PoolPlan, Transfers
 from simulator.engine.progress import NoProgressError, ProgressWatchdog, diagnose_stall
+from simulator.engine.replica import Replica, SimulationResult
 from simulator.engine.routing import Router, make_router
 from simulator.fastpath.cohort import DecodeCohort
 from simulator.policies.base import Scheduler
-
-
-@dataclass(eq=False)
-class Replica:
-    index: int
-    scheduler: Scheduler
-    stepper: object = None               # the scheduler, or a DecodeCohort driving it
-    wakeup: simpy.Event | None = None    # set while the replica idles, fired by an arrival
-    cost_model: StepCostModel | None = None
-    pool: str = ""                       # P/D: "prefill" or "decode"; "" co-located
-    num_transfers: int = 0               # P/D: KV pulls to or from it not yet done
-
-    def notify(self) -> None:
-        if self.wakeup is not None and not self.wakeup.triggered:
-            self.wakeup.succeed()
-
-
-@dataclass(eq=False)
-class SimulationResult:
-    step_log: object
-    replicas: list[Replica]
-    start_s: float
-    end_s: float
-    num_preemptions: int = 0
-
-    @property
-    def duration_s(self) -> float:
-        return self.end_s - self.start_s
 
 
 class Simulation:
@@ -133,7 +106,7 @@ class Simulation:
                 # Land on the arrival time itself: now + (arrival - now) can miss it by a unit in
                 # the last place, which would shift the request's times and tie order with steps.
                 self._next_root_s = request.arrival_s
-                yield from self._sleep_until(request.arrival_s)
+                yield from sleep_until(self.env, request.arrival_s)
                 now_s = env.now
             while self.max_concurrency is not None and self.num_in_flight >= self.max_concurrency:
                 self._next_root_s = math.inf   # until a request finishes
@@ -163,7 +136,7 @@ class Simulation:
 
     def _send_next_turn(self, request: Request, at_s: float):
         """A session's next turn, sent its think time after the last one finished."""
-        yield from self._sleep_until(at_s)
+        yield from sleep_until(self.env, at_s)
         heapq.heappop(self._releases)
         request.arrival_s = self.env.now
         self._send(request, self.env.now)
@@ -260,7 +233,7 @@ class Simulation:
         if done is None:
             return
         ends, usage, num_running = done
-        yield from self._sleep_until(ends[-1])
+        yield from sleep_until(self.env, ends[-1])
         for finished, end_s in finishes:
             self._on_finished(finished, end_s)
         # Arrivals can only land during the run's last step (it stops before a step that starts
@@ -272,16 +245,6 @@ class Simulation:
                                           num_running)
         if watchdog.steps_without_token:   # every step of a run samples: else nothing to reset
             watchdog.observe(num_rows[-1], 0, scheduler)
-
-    def _sleep_until(self, end_s: float):
-        """Advance SimPy's clock to exactly ``end_s``: one delay if one lands on it, else two
-        (from halfway, end_s - now is exact: Sterbenz)."""
-        env = self.env
-        delay = _delay_reaching(env.now, end_s)
-        if delay is None:
-            yield env.timeout((end_s - env.now) / 2)
-            delay = end_s - env.now
-        yield env.timeout(delay)
 
     def _idle(self, replica: Replica):
         scheduler = replica.scheduler
@@ -335,11 +298,3 @@ class Simulation:
                                 self.last_finish_s,
                                 sum(r.scheduler.num_preemptions for r in self.replicas))
 
-
-def _delay_reaching(now_s: float, target_s: float) -> float | None:
-    """A delay d with now_s + d == target_s exactly (SimPy adds delays to its clock), if one exists."""
-    d = target_s - now_s
-    for candidate in (d, math.nextafter(d, math.inf), math.nextafter(d, -math.inf)):
-        if now_s + candidate == target_s and candidate >= 0:
-            return candidate
-    return None

@@ -10,7 +10,8 @@ import numpy as np
 from simulator.core.request import Request
 from simulator.engine.disaggregation import KVLink, PoolPlan
 from simulator.engine.routing import replica_summaries, router_for
-from simulator.engine.simulation import Simulation, SimulationResult
+from simulator.engine.replica import SimulationResult
+from simulator.engine.simulation import Simulation
 from simulator.policies.base import SchedulerContext
 from simulator.policies.speculative import SpecDecodingStats
 from simulator.results.by_turn import by_turn
