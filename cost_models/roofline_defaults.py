@@ -26,10 +26,3 @@ def roofline_defaults(hardware: str) -> dict[str, float]:
     entry = table["gpus"].get(hardware) or table["other_gpus"]
     return {name: float(entry[name]) for name in DEFAULTED}
 
-
-def defaults_source(hardware: str) -> str:
-    """Where ``hardware``'s defaults came from, in a phrase."""
-    table = _table()
-    if hardware in table["gpus"]:
-        return table["gpus"][hardware]["source"]
-    return table["other_gpus"]["source"]
