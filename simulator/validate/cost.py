@@ -42,7 +42,8 @@ def choose_cost_model(name: str, measured: MeasuredRun, out_dir: Path, model: st
     """``name``: a shipped profile, a cost model file, ``roofline`` or ``fit``; ``num_gpu_blocks``: the
     KV cache size given for the run (the fit reads decode contexts off the log's KV usage with it)."""
     if name == "roofline":
-        choice = CostChoice({"kind": "roofline"}, "roofline (datasheet peaks x the efficiencies and overheads fitted in cost_models/catalog/roofline_defaults.json)")
+        choice = CostChoice({"kind": "roofline"}, "roofline (datasheet peaks x the efficiencies and overheads "
+                                                  "fitted in cost_models/catalog/roofline_defaults.json)")
         data = None
     else:
         data, choice = _fitted(measured, out_dir, model, fit_scope, num_gpu_blocks) if name == "fit" \
