@@ -5,9 +5,10 @@ own model's config, so the coefficients (efficiencies and overheads) are shared 
 fit is non-negative least squares on relative error (each inverse efficiency held at 1 or more: no
 kernel beats its datasheet peak), refined towards the least absolute relative error; each model's
 families (prefill, decode, mixed) weigh alike, however many rows each has (a profile's grid holds
-~100 mixed steps for each decode: unweighted, the decodes barely counted and came out 8% off).
-``gemm_balance`` is scanned on a log grid, then refined by golden section. Leave-one-model-out fits on all models but one and
-predicts that one from its config alone: the error a model never measured would see. A source that
+~110 mixed steps for each decode: unweighted, the decodes barely counted and came out 8% off).
+``gemm_balance`` is scanned on a log grid, then refined by golden section. Leave-one-model-out
+fits on all models but one and predicts that one from its config alone: the error a model never
+measured would see. A source that
 times some operators apart (a kernel profile's lm_head and sampler) adds them as rows of their own
 (``part``), fitted on their terms alone; errors are reported on whole steps only.
 """
