@@ -159,6 +159,17 @@ def test_a_dtype_other_than_a_fitted_models_is_refused_in_one_line(tmp_path):
         "as the fitted cost model was measured; pass --model a config.json with torch_dtype float32\n")
 
 
+def test_a_run_with_pipeline_parallelism_is_refused_in_one_line(tmp_path):
+    meta = _meta()
+    meta["resolved_config"]["parallel_config"]["pipeline_parallel_size"] = 2
+    result = CliRunner().invoke(main, ["validate", str(_run_folder(tmp_path, meta)), "--cost-model",
+                                       "roofline", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and result.output == (
+        "error: pipeline_parallel_size: 2 (meta.json resolved_config.parallel_config.pipeline_parallel_size); "
+        "pipeline parallelism is not modelled (allowed: 1; tensor and data parallel are)\n")
+    assert not any((tmp_path / "out").iterdir())   # nothing half-written
+
+
 def test_huggingface_names_map_to_presets_and_a_local_folder_loads_its_config(tmp_path, monkeypatch):
     assert load_model(HF_QWEN).name == "qwen3-30b-a3b"
     assert load_model("meta-llama/Meta-Llama-3.1-8B-Instruct").name == "llama-3.1-8b"

@@ -22,6 +22,12 @@ def allowed_fields(root: type, loc: tuple) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(node)) if _is_class(node) else ()
 
 
+# vLLM knobs a user may well write that servesim does not model: what to say instead of a spelling hint.
+NOT_MODELLED = {
+    "pipeline_parallel_size": ("pipeline parallelism is not modelled (tensor_parallel_size is, and data "
+                               "parallelism as engine.num_replicas behind engine.router)")}
+
+
 def unknown_field_hint(root: type, loc: tuple) -> str:
     """'; did you mean 'x'? allowed here: a, b, c' (or ''), for the unknown key ``loc[-1]``."""
     allowed = allowed_fields(root, loc)

@@ -26,7 +26,7 @@ from cost_models.options import (Bool, Constraint, NonNegativeInt, PositiveFloat
                                  PositiveInt, UnitInterval, options_config)
 from cost_models.precision import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
 from simulator.scenario.errors import ScenarioError  # noqa: F401 (its home for callers)
-from simulator.scenario.field_names import unknown_field_hint
+from simulator.scenario.field_names import NOT_MODELLED, unknown_field_hint
 from simulator.scenario.file import read_raw_scenario
 from simulator.scenario.pools import DisaggregationOptions, GpuBlocks
 from simulator.engine.routing import DEFAULT_LOAD_BOUND, router_names
@@ -230,6 +230,8 @@ def format_validation_error(exc: ValidationError, prefix: str = "", raw: Any = N
     if err["type"] in ("missing", "missing_argument"):
         return f"{where}: required field is missing"
     if err["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        if err["loc"] and err["loc"][-1] in NOT_MODELLED:
+            return f"{where}: {NOT_MODELLED[err['loc'][-1]]}"
         hint = unknown_field_hint(root, err["loc"]) if root is not None else ""
         return f"{where}: unknown field (not allowed here; check the spelling){hint}"
     if err["type"] in ("union_tag_invalid", "union_tag_not_found"):

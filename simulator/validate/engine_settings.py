@@ -106,6 +106,10 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
     """The scenario's ``engine`` block and its knobs (a derived count is None until ``resolved``)."""
     record = record_of(measured)
     model = load_model(options.model)
+    pp = choose(record, "pipeline_parallel_size", default=1, why="vLLM's default")
+    if pp.value != 1:
+        raise ValueError(f"pipeline_parallel_size: {pp.value} ({pp.where}); pipeline parallelism is not "
+                         f"modelled (allowed: 1; tensor and data parallel are)")
     tp = choose(record, "tensor_parallel_size", default=1, why="vLLM's default")
     dp = choose(record, "data_parallel_size", default=1, why="vLLM's default, one engine")
     block = block_size_setting(measured)

@@ -82,8 +82,9 @@ def run_validation(request: ValidateRequest) -> Validation:
     hardware = hardware_setting(measured, request.hardware, cost.hardware)
     options = RebuildOptions(cost.block, hardware.value, model.value, request.num_gpu_blocks,
                              request.gpu_memory_utilization, request.async_scheduling, arrivals)
-    trace = write_trace(measured, out_dir / TRACE_FILE, arrivals).resolve()
-    raw, settings = rebuild_scenario(measured, options, trace)
+    # The scenario is rebuilt (and refused, if it must be) before the trace is written.
+    raw, settings = rebuild_scenario(measured, options, (out_dir / TRACE_FILE).resolve())
+    write_trace(measured, out_dir / TRACE_FILE, arrivals)
     raw = apply_overrides(raw, request.overrides)
     prepared = prepare(validate_scenario(raw))
     with ResultFolder(out_dir / SIMULATED_DIR) as files:

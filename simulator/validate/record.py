@@ -32,6 +32,7 @@ _RESOLVED = {
     "kv_cache_dtype": ("cache_config", "cache_dtype"),
     "tensor_parallel_size": ("parallel_config", "tensor_parallel_size"),
     "data_parallel_size": ("parallel_config", "data_parallel_size"),
+    "pipeline_parallel_size": ("parallel_config", "pipeline_parallel_size"),
     "model": ("model_config", "model"),
     "dtype": ("model_config", "dtype"),
     "quantization": ("model_config", "quantization"),
@@ -73,6 +74,7 @@ def _text(value: Any) -> str | None:
 _KINDS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "num_gpu_blocks": (_count, "a positive integer"), "block_size": (_count, "a positive integer"),
     "tensor_parallel_size": (_count, "a positive integer"), "data_parallel_size": (_count, "a positive integer"),
+    "pipeline_parallel_size": (_count, "a positive integer"),
     "max_model_len": (_count, "a positive integer"), "max_num_seqs": (_count, "a positive integer"),
     "max_num_batched_tokens": (_count, "a positive integer"),
     "gpu_memory_utilization": (_fraction, "a number in (0, 1]"),
