@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 
 from cost_models.batch_shape import BatchShape
+from cost_models.decode_skew import skewed_time_s
 from cost_models.hardware import HardwareSpec
 from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
 from cost_models.launches import VLLM_LAUNCHES, launches_per_layer
@@ -53,6 +54,8 @@ class RooflineCostModel:
     # Least time of one kernel of a layer, x vLLM's kernels per layer (cost_models/launches.py) x
     # layers: the per-layer fixed cost of a step (~40 us a layer for vLLM's fused kernels).
     launch_s: float | None = None
+    # Decodes of unequal context: alpha of t(mean) + alpha (t(longest) - t(mean)), as measured.
+    decode_skew: float | None = None
     _k: "_PerRank" = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -62,6 +65,8 @@ class RooflineCostModel:
             defaults = roofline_defaults(self.hardware.name)
             for name in unset:
                 object.__setattr__(self, name, defaults[name])
+        if not _is_number(self.decode_skew) or not 0 <= self.decode_skew <= 1:
+            raise ValueError(f"cost_model.decode_skew: {self.decode_skew!r} must be a number in [0, 1]")
         for name in ("compute_efficiency", "bandwidth_efficiency"):
             value = getattr(self, name)
             if not _is_number(value) or not 0 < value <= 1:
@@ -81,9 +86,12 @@ class RooflineCostModel:
             return self.step_overhead_s
         k = self._k
         linear_s, sampling_s, allreduce_s = self._token_terms(tokens, num_sampled)
-        decode_pairs = decode_ctx + num_decode
         prefill_tokens = tokens - num_decode
-        time_s = linear_s + k.attention_s(decode_pairs, decode_pairs, num_decode)
+        if self.decode_skew and num_decode > 1:
+            time_s = linear_s + self._skewed_decode_s(num_decode, decode_ctx, shape.longest_decode_context)
+        else:
+            decode_pairs = decode_ctx + num_decode
+            time_s = linear_s + k.attention_s(decode_pairs, decode_pairs, num_decode)
         time_s += k.attention_s(prefill_pairs, prefill_ctx + prefill_tokens, prefill_tokens)
         if k.state_rw_s_per_seq:
             time_s += k.state_s(tokens, num_seqs)
@@ -98,19 +106,27 @@ class RooflineCostModel:
         attention_s = k.attention_s
         linear_s, sampling_s, allreduce_s = self._token_terms(num_seqs, num_seqs)
         overhead_s = k.fixed_s
-        times, pairs = [], context_sum + num_seqs
+        if self.decode_skew and num_seqs > 1:
+            time_at, alpha = self._decodes_at(num_seqs), self.decode_skew
+            decodes = [skewed_time_s(time_at, num_seqs, context_sum + i * num_seqs, longest + i, alpha)
+                       for i in range(num_steps)]
+        else:
+            pairs = context_sum + num_seqs
+            decodes = [attention_s(pairs + i * num_seqs, pairs + i * num_seqs, num_seqs) for i in range(num_steps)]
         if k.state_rw_s_per_seq:   # a hybrid model's state layers, as step_time_s adds them
             state_s = k.state_s(num_seqs, num_seqs)
-            for _ in range(num_steps):
-                times.append(linear_s + attention_s(pairs, pairs, num_seqs) + state_s + sampling_s
-                             + allreduce_s + overhead_s)
-                pairs += num_seqs
-            return times
-        for _ in range(num_steps):
-            times.append(linear_s + attention_s(pairs, pairs, num_seqs) + sampling_s + allreduce_s
-                         + overhead_s)
-            pairs += num_seqs
-        return times
+            return [linear_s + decode_s + state_s + sampling_s + allreduce_s + overhead_s for decode_s in decodes]
+        return [linear_s + decode_s + sampling_s + allreduce_s + overhead_s for decode_s in decodes]
+
+    def _skewed_decode_s(self, num_decodes: int, context_sum: float, longest: int) -> float:
+        """The decodes' attention when their contexts differ: the skew rule (cost_models/decode_skew.py)
+        over their attention at one shared context."""
+        return skewed_time_s(self._decodes_at(num_decodes), num_decodes, context_sum, longest, self.decode_skew)
+
+    def _decodes_at(self, num_decodes: int):
+        """The attention of ``num_decodes`` decodes all at one context, as a function of it."""
+        attention_s = self._k.attention_s
+        return lambda context: attention_s(num_decodes * (context + 1), num_decodes * (context + 1), num_decodes)
 
     def _token_terms(self, tokens: int, num_sampled: int) -> tuple[float, float, float]:
         """The terms that depend on the token and sampled-row counts only: the linear layers,

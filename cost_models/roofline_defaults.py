@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 DEFAULTS_PATH = Path(__file__).resolve().parent / "catalog" / "roofline_defaults.json"
-DEFAULTED = ("compute_efficiency", "bandwidth_efficiency", "step_overhead_s", "launch_s")
+DEFAULTED = ("compute_efficiency", "bandwidth_efficiency", "step_overhead_s", "launch_s", "decode_skew")
 
 
 @lru_cache(maxsize=1)

@@ -79,8 +79,12 @@ def test_mixed_step_adds_decode_and_prefill_attention_rooflines_separately():
     chunk, chunk_ctx, decode_ctx = 1024, 512, [300, 700]
     tokens = chunk + 2
     linear = max(2 * L * LAYER_PARAMS * tokens / PEAK, (LINEAR_WEIGHT_BYTES + ACT_BYTES_PER_TOKEN * tokens) / BW)
-    decode_pairs = sum(decode_ctx) + 2
-    decode = max(4 * Q * L * decode_pairs / PEAK, (decode_pairs * KV_BYTES_PER_TOKEN + 2 * Q_BYTES_PER_TOKEN) / BW)
+    def decodes_at(context):   # both decodes at one context: their pairs (or K, V read) and Q
+        pairs = 2 * (context + 1)
+        return max(4 * Q * L * pairs / PEAK, (pairs * KV_BYTES_PER_TOKEN + 2 * Q_BYTES_PER_TOKEN) / BW)
+    # Contexts 300 and 700 differ: t(mean 500) + alpha (t(longest 700) - t(500)) (cost_models/decode_skew.py).
+    decode = decodes_at(500) + DEFAULTS["decode_skew"] * (decodes_at(700) - decodes_at(500))
+    assert DEFAULTS["decode_skew"] > 0
     prefill_pairs = chunk * (chunk_ctx + (chunk + 1) / 2)
     prefill = max(4 * Q * L * prefill_pairs / PEAK,
                   ((chunk_ctx + chunk) * KV_BYTES_PER_TOKEN + chunk * Q_BYTES_PER_TOKEN) / BW)
@@ -171,7 +175,8 @@ def test_factory_rejects_unknown_kind_and_option():
     with pytest.raises(ValueError) as exc:
         make_cost_model("roofline", {"efficiency": 0.5}, *args)
     assert str(exc.value) == ("cost_model.efficiency: not an option of kind 'roofline' (allowed: "
-                              "compute_efficiency, bandwidth_efficiency, step_overhead_s, allreduce_latency_s, launch_s)")
+                              "compute_efficiency, bandwidth_efficiency, step_overhead_s, allreduce_latency_s, launch_s, "
+                              "decode_skew)")
 
 
 def _reference_shape(row: dict) -> BatchShape:

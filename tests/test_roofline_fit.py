@@ -25,7 +25,7 @@ def _measured(name: str, launches, truth: dict, overhead: bool) -> PhysicsSample
     spec, gpu = load_model(name), load_hardware("h200")
     per_layer = {HARNESS_LAUNCHES: 38, VLLM_LAUNCHES: 10}[launches]   # by hand: 22 + 2 x 8, 8 + 2 x 1
     plain = RooflineCostModel(spec, gpu, 1, truth["compute_efficiency"], truth["bandwidth_efficiency"],
-                              step_overhead_s=0.0, launch_s=0.0)
+                              step_overhead_s=0.0, launch_s=0.0, decode_skew=0.0)
     time_s = np.array([plain.step_time_s(s) + spec.num_layers * (per_layer + launches[2] * (s.kind == "mixed"))
                        * truth["launch_s"] + (truth["step_overhead_s"] if overhead else 0.0) for s in SHAPES])
     measured = ("step_overhead", "gemm") if overhead else ("gemm",)
@@ -72,3 +72,11 @@ def test_the_shipped_defaults_name_their_source_and_an_option_still_wins():
     assert model.compute_efficiency == table["other_gpus"]["compute_efficiency"]
     assert dataclasses.replace(model, launch_s=0.0).step_time_s(BatchShape.of([1], [10])) < model.step_time_s(
         BatchShape.of([1], [10]))
+
+
+def test_a_gpu_without_a_skew_sweep_takes_the_measured_alpha():
+    table = _table()
+    measured = {g: e["decode_skew"] for g, e in table["gpus"].items() if e["decode_skew_measured"]}
+    assert measured == {"rtx-pro-6000": pytest.approx(np.mean([0.0543, 0.057, 0.0645]), abs=1e-4)}   # meta.yaml, tp 1
+    for gpu, entry in table["gpus"].items():
+        assert entry["decode_skew"] == (measured[gpu] if gpu in measured else table["other_gpus"]["decode_skew"])

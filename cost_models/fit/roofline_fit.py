@@ -8,7 +8,9 @@ step_overhead_s are the non-negative least squares on relative error, each model
 weighing alike (physics_fit.row_weights). A source's kernels are counted as its engine launches
 them (PhysicsSamples.launches: 38 a layer for the plain-PyTorch harness, 10 for vLLM's fused
 kernels), so launch_s is a GPU's time per kernel; the step overhead is fitted only where the
-source measures it (kernel sums hold no CPU time: 0). The search reads at most ROWS_PER_GROUP
+source measures it (kernel sums hold no CPU time: 0). The alpha of unequal decode contexts
+(cost_models/decode_skew.py) is not fitted: it is what the sources measured (a kernel profile's
+skew sweep), and a GPU whose source has none takes the median of those that did. The search reads at most ROWS_PER_GROUP
 evenly spaced rows of each model's family (a kernel profile's grid has 19,000 mixed steps a model);
 errors are reported on every row. TP 1 only: a kernel profile's sums hold no all-reduce, which the
 roofline adds.
@@ -64,7 +66,8 @@ class _Rows:
         """Each row's roofline time without kernel floors or overhead."""
         out = []
         for s, shapes in self.rows:
-            model = RooflineCostModel(s.spec, s.hardware, 1, compute, bandwidth, step_overhead_s=0.0, launch_s=0.0)
+            model = RooflineCostModel(s.spec, s.hardware, 1, compute, bandwidth, step_overhead_s=0.0, launch_s=0.0,
+                                      decode_skew=0.0)
             out += [model.step_time_s(shape) for shape in shapes]
         return np.array(out)
 
@@ -153,10 +156,24 @@ def defaults_json(fits: dict[str, tuple[list[PhysicsSamples], str]]) -> dict:
     other = {name: _sig(float(np.median([g[name] for g in gpus.values()])))
              for name in ("compute_efficiency", "bandwidth_efficiency", "launch_s")}
     other["step_overhead_s"] = _sig(float(np.median(measured))) if measured else 0.0
-    other["source"] = (f"the median over the fitted GPUs ({', '.join(gpus)}); the step overhead over "
-                       f"those whose source measured it ({', '.join(g for g, v in gpus.items() if v['step_overhead_measured']) or 'none'})")
+    skews = {gpu: _measured_skew(samples) for gpu, (samples, _) in fits.items()}
+    measured_skew = [v for v in skews.values() if v is not None]
+    other["decode_skew"] = _sig(float(np.median(measured_skew))) if measured_skew else 0.0
+    for gpu, skew in skews.items():   # the vLLM kernel's own tail: a source without a skew sweep takes theirs
+        gpus[gpu]["decode_skew"] = _sig(skew) if skew is not None else other["decode_skew"]
+        gpus[gpu]["decode_skew_measured"] = skew is not None
+    other["source"] = (f"the median over the fitted GPUs ({', '.join(gpus)}); the step overhead and the decode "
+                       f"skew over those whose source measured them "
+                       f"({', '.join(g for g, v in gpus.items() if v['step_overhead_measured']) or 'none'}; "
+                       f"{', '.join(g for g, v in gpus.items() if v['decode_skew_measured']) or 'none'})")
     return {"format": 1, "fitted_by": "cost_models/fit/roofline_fit.py (python -m cost_models.build_profiles --roofline)",
             "gpus": gpus, "other_gpus": other}
+
+
+def _measured_skew(samples: list[PhysicsSamples]) -> float | None:
+    """The mean alpha of unequal decode contexts the TP 1 sources measured (None: none did)."""
+    alphas = [s.decode_skew for s in samples if s.is_step and s.tensor_parallel_size == 1 and s.decode_skew is not None]
+    return float(np.mean(alphas)) if alphas else None
 
 
 def _sig(value: float) -> float:
