@@ -5,7 +5,7 @@ own model's config, so the coefficients (efficiencies and overheads) are shared 
 fit is non-negative least squares on relative error (each inverse efficiency held at 1 or more: no
 kernel beats its datasheet peak), refined towards the least absolute relative error; each model's
 families (prefill, decode, mixed) weigh alike, however many rows each has (a profile's grid holds
-~110 mixed steps for each decode: unweighted, the decodes barely counted and came out 8% off).
+~110 mixed steps for each decode: unweighted, the decodes barely count).
 ``gemm_balance`` is scanned on a log grid, then refined by golden section. Leave-one-model-out
 fits on all models but one and predicts that one from its config alone: the error a model never
 measured would see. A source that
@@ -134,6 +134,15 @@ def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = Fal
     loss_value = float(np.sum(np.abs(predicted / y - 1) * base ** 2 * steps) / np.sum(base ** 2 * steps))
     coefficients = {t: float(c) for t, c in zip(TERMS, coef) if t in FITTED_TERMS}
     return PhysicsFit(coefficients, balance, train, tile, loss_value)
+
+
+def measured_decode_skew(samples: list[PhysicsSamples]) -> dict[int, float]:
+    """TP degree -> the mean alpha of unequal decode contexts the whole-step sources measured there."""
+    by_tp: dict[int, list[float]] = {}
+    for s in samples:
+        if s.is_step and s.decode_skew is not None:
+            by_tp.setdefault(s.tensor_parallel_size, []).append(s.decode_skew)
+    return {tp: float(np.mean(v)) for tp, v in sorted(by_tp.items())}
 
 
 def row_weights(samples: list[PhysicsSamples]) -> np.ndarray:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from cost_models.fit.model_file import sig4
-from cost_models.fit.physics_fit import PhysicsSamples, fit_physics, leave_one_model_out
+from cost_models.fit.physics_fit import PhysicsSamples, fit_physics, leave_one_model_out, measured_decode_skew
 from cost_models.fit.physics_sources import is_vllm_log, read_physics_sources
 from cost_models.fit.report import format_errors
 from cost_models.importers.forms import sha256_of
@@ -89,10 +89,6 @@ def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode
 
 def decode_skew_json(samples: list[PhysicsSamples]) -> dict:
     """The sources' measured alpha of unequal decode contexts, averaged per TP degree over the models."""
-    by_tp: dict[int, list[float]] = {}
-    for s in samples:
-        if s.is_step and s.decode_skew is not None:
-            by_tp.setdefault(s.tensor_parallel_size, []).append(s.decode_skew)
-    return {"alpha_by_tp": {str(tp): sig4(float(np.mean(v))) for tp, v in sorted(by_tp.items())},
+    return {"alpha_by_tp": {str(tp): sig4(a) for tp, a in measured_decode_skew(samples).items()},
             "source": "the mean over the fitted models of each source's own measure (an LLMServingSim "
                       "profile's meta.yaml skew_fit alpha_default); cost_models/decode_skew.py"}

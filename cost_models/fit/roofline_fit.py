@@ -10,8 +10,9 @@ them (PhysicsSamples.launches: 38 a layer for the plain-PyTorch harness, 10 for 
 kernels), so launch_s is a GPU's time per kernel; the step overhead is fitted only where the
 source measures it (kernel sums hold no CPU time: 0). The alpha of unequal decode contexts
 (cost_models/decode_skew.py) is not fitted: it is what the sources measured (a kernel profile's
-skew sweep), and a GPU whose source has none takes the median of those that did. The search reads at most ROWS_PER_GROUP
-evenly spaced rows of each model's family (a kernel profile's grid has 19,000 mixed steps a model);
+skew sweep), and a GPU whose source has none takes the median of those that did. The search reads
+at most ROWS_PER_GROUP evenly spaced rows of each model's family (a kernel profile's grid holds
+tens of thousands);
 errors are reported on every row. TP 1 only: a kernel profile's sums hold no all-reduce, which the
 roofline adds.
 """
@@ -22,7 +23,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cost_models.fit.nnls import nnls
-from cost_models.fit.physics_fit import PhysicsSamples, row_weights
+from cost_models.fit.physics_fit import PhysicsSamples, measured_decode_skew, row_weights
 from cost_models.fit.report import family_errors
 from cost_models.launches import launches_per_layer
 from cost_models.roofline import RooflineCostModel
@@ -59,8 +60,10 @@ class _Rows:
         self.time_s = np.concatenate([s.time_s[index] for s, index in zip(self.samples, picked)])
         self.families = [family for s, index in zip(self.samples, picked) for family in np.asarray(s.families)[index]]
         self.weight = row_weights([_subset(s, index) for s, index in zip(self.samples, picked)])
-        self.kernels = np.concatenate([_kernels(s, shapes) for s, shapes in self.rows])
-        self.overhead = np.concatenate([np.full(len(shapes), "step_overhead" in s.measured) for s, shapes in self.rows])
+        kernels = np.concatenate([_kernels(s, shapes) for s, shapes in self.rows])
+        overhead = np.concatenate([np.full(len(shapes), "step_overhead" in s.measured) for s, shapes in self.rows])
+        # the columns launch_s and step_overhead_s multiply: kernels, and 1 where the overhead is measured
+        self.design = np.column_stack([kernels, overhead.astype(float)])
 
     def device_s(self, compute: float, bandwidth: float) -> np.ndarray:
         """Each row's roofline time without kernel floors or overhead."""
@@ -71,15 +74,19 @@ class _Rows:
             out += [model.step_time_s(shape) for shape in shapes]
         return np.array(out)
 
-    def fit_at(self, compute: float, bandwidth: float) -> tuple[float, np.ndarray, np.ndarray]:
-        """(weighted MAPE, [launch_s, step_overhead_s], predicted) at these efficiencies."""
+    def fit_at(self, compute: float, bandwidth: float) -> tuple[float, np.ndarray]:
+        """(weighted MAPE, [launch_s, step_overhead_s]) at these efficiencies."""
         device = self.device_s(compute, bandwidth)
-        design = np.column_stack([self.kernels, self.overhead.astype(float)])
         scale = self.weight / self.time_s
-        x = nnls(design * scale[:, None], (self.time_s - device) * scale)
-        predicted = device + design @ x
-        error = np.abs(predicted / self.time_s - 1)
-        return float(np.sum(error * self.weight ** 2) / np.sum(self.weight ** 2)), x, predicted
+        x = nnls(self.design * scale[:, None], (self.time_s - device) * scale)
+        error = np.abs((device + self.design @ x) / self.time_s - 1)
+        return float(np.sum(error * self.weight ** 2) / np.sum(self.weight ** 2)), x
+
+    def errors(self, fit: "RooflineFit") -> dict:
+        """family_errors of ``fit`` on these rows."""
+        predicted = (self.device_s(fit.compute_efficiency, fit.bandwidth_efficiency)
+                     + self.design @ np.array([fit.launch_s, fit.step_overhead_s]))
+        return family_errors(predicted, self.time_s, self.families, np.ones(len(predicted), bool))
 
 
 def fit_roofline(samples: list[PhysicsSamples]) -> RooflineFit:
@@ -89,11 +96,9 @@ def fit_roofline(samples: list[PhysicsSamples]) -> RooflineFit:
     _, c0, b0 = best
     fine_c, fine_b = _around(c0, FINE_WIDTH), _around(b0, FINE_WIDTH)
     _, compute, bandwidth = min(((rows.fit_at(c, b)[0], c, b) for c in fine_c for b in fine_b))
-    _, (launch_s, overhead_s), _ = rows.fit_at(compute, bandwidth)
-    every = _Rows(samples, every_row=True)
-    predicted = every.device_s(compute, bandwidth) + every.kernels * launch_s + every.overhead * overhead_s
-    train = family_errors(predicted, every.time_s, every.families, np.ones(len(predicted), bool))
-    return RooflineFit(float(compute), float(bandwidth), float(launch_s), float(overhead_s), train)
+    _, (launch_s, overhead_s) = rows.fit_at(compute, bandwidth)
+    fit = RooflineFit(float(compute), float(bandwidth), float(launch_s), float(overhead_s), {})
+    return replace(fit, train_errors=_Rows(samples, every_row=True).errors(fit))
 
 
 def roofline_leave_one_model_out(samples: list[PhysicsSamples]) -> dict[str, dict]:
@@ -105,10 +110,7 @@ def roofline_leave_one_model_out(samples: list[PhysicsSamples]) -> dict[str, dic
         held = _Rows([s for s in samples if s.spec.name == name], every_row=True)
         if not [s for s in rest if s.is_step and s.tensor_parallel_size == 1]:
             continue
-        fit = fit_roofline(rest)
-        predicted = (held.device_s(fit.compute_efficiency, fit.bandwidth_efficiency)
-                     + held.kernels * fit.launch_s + held.overhead * fit.step_overhead_s)
-        out[name] = family_errors(predicted, held.time_s, held.families, np.ones(len(predicted), bool))
+        out[name] = held.errors(fit_roofline(rest))
     return out
 
 
@@ -171,9 +173,8 @@ def defaults_json(fits: dict[str, tuple[list[PhysicsSamples], str]]) -> dict:
 
 
 def _measured_skew(samples: list[PhysicsSamples]) -> float | None:
-    """The mean alpha of unequal decode contexts the TP 1 sources measured (None: none did)."""
-    alphas = [s.decode_skew for s in samples if s.is_step and s.tensor_parallel_size == 1 and s.decode_skew is not None]
-    return float(np.mean(alphas)) if alphas else None
+    """The alpha of unequal decode contexts the TP 1 sources measured (None: none did)."""
+    return measured_decode_skew(samples).get(1)
 
 
 def _sig(value: float) -> float:
