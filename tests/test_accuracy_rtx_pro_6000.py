@@ -21,14 +21,19 @@ BOUNDS_PCT = {"mean_ttft_ms": 3.0, "mean_tpot_ms": 1.0, "mean_e2el_ms": 1.5,
               "p99_ttft_ms": 5.0, "p99_tpot_ms": 5.0, "p99_e2el_ms": 5.0}
 
 
-@pytest.fixture(scope="module")
-def errors_pct(tmp_path_factory) -> dict[str, float]:
+def _errors_pct(tmp_path_factory, cost_model: str) -> dict[str, float]:
+    """servesim validate of the run with ``cost_model``: metric -> signed error %."""
     if not RTX_RUN.is_dir():
         pytest.skip(f"{RTX_RUN} absent: the LLMServingSim measured run is not on this machine")
-    validation = run_validation(ValidateRequest(run=RTX_RUN, cost_model="rtx-pro-6000-llama-3.1-8b",
+    validation = run_validation(ValidateRequest(run=RTX_RUN, cost_model=cost_model,
                                                 out_dir=tmp_path_factory.mktemp("rtx"), plots=False))
     assert validation.output.summary["completed"] == 300
     return {row.key: row.error_pct for row in validation.rows}
+
+
+@pytest.fixture(scope="module")
+def errors_pct(tmp_path_factory) -> dict[str, float]:
+    return _errors_pct(tmp_path_factory, "rtx-pro-6000-llama-3.1-8b")
 
 
 @pytest.mark.parametrize("metric", list(BOUNDS_PCT))
@@ -45,11 +50,7 @@ PHYSICS_BOUNDS_PCT = {"mean_ttft_ms": 3.5, "mean_tpot_ms": 3.0, "mean_e2el_ms": 
 
 @pytest.fixture(scope="module")
 def physics_errors_pct(tmp_path_factory) -> dict[str, float]:
-    if not RTX_RUN.is_dir():
-        pytest.skip(f"{RTX_RUN} absent: the LLMServingSim measured run is not on this machine")
-    validation = run_validation(ValidateRequest(run=RTX_RUN, cost_model="physics-rtx-pro-6000-kernels",
-                                                out_dir=tmp_path_factory.mktemp("rtx-physics"), plots=False))
-    return {row.key: row.error_pct for row in validation.rows}
+    return _errors_pct(tmp_path_factory, "physics-rtx-pro-6000-kernels")
 
 
 @pytest.mark.parametrize("metric", list(PHYSICS_BOUNDS_PCT))
