@@ -3,8 +3,8 @@
 A step's decode attention is measured (LLMServingSim's skew sweep) to take
 t(mean) + alpha x (t(longest) - t(mean)), t(c) its time with every decode at context c: the
 longest sequence's work is the tail of the kernel. alpha is the profile's own pooled fit
-(``meta.yaml`` ``skew_fit``: 0.054-0.075 on the RTX PRO 6000, cost_models/importers/llmservingsim.py);
-0 where nothing measured it.
+(``meta.yaml`` ``skew_fit``, cost_models/importers/llmservingsim.py; its values are in
+cost_models/profiles/README.md); 0 where nothing measured it.
 """
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ class RooflineCostModel:
     # None: NCCL's latencies for the GPU's link (base plus 2(N-1) hops, cost_models/interconnect.py).
     allreduce_latency_s: float | None = None
     # Least time of one kernel of a layer, x vLLM's kernels per layer (cost_models/launches.py) x
-    # layers: the per-layer fixed cost of a step (~40 us a layer for vLLM's fused kernels).
+    # layers: the per-layer fixed cost of a step.
     launch_s: float | None = None
     # Decodes of unequal context: alpha of t(mean) + alpha (t(longest) - t(mean)), as measured.
     decode_skew: float | None = None
@@ -111,8 +111,8 @@ class RooflineCostModel:
             decodes = [skewed_time_s(time_at, num_seqs, context_sum + i * num_seqs, longest + i, alpha)
                        for i in range(num_steps)]
         else:
-            pairs = context_sum + num_seqs
-            decodes = [attention_s(pairs + i * num_seqs, pairs + i * num_seqs, num_seqs) for i in range(num_steps)]
+            first = context_sum + num_seqs   # each step's (query, key) pairs, one row further each step
+            decodes = [attention_s(p, p, num_seqs) for p in range(first, first + num_steps * num_seqs, num_seqs)]
         if k.state_rw_s_per_seq:   # a hybrid model's state layers, as step_time_s adds them
             state_s = k.state_s(num_seqs, num_seqs)
             return [linear_s + decode_s + state_s + sampling_s + allreduce_s + overhead_s for decode_s in decodes]

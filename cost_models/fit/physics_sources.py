@@ -90,8 +90,8 @@ def _per_sequence_part(steps: PhysicsSamples, sequence_ops: dict) -> PhysicsSamp
     """The profile's lm_head and sampler against the sequences sampled, as rows of their own.
 
     In whole-step sums the lm_head's weight read is a constant per step, like each layer's kernel
-    floors, and the fit cannot tell them apart: held out, Llama-3.1-8B's lm_head came out 4x its
-    measured time (cost_models/profiles/README.md, "Physics files"). Its own timings settle it.
+    floors, and the fit cannot tell them apart (cost_models/profiles/README.md, "Physics files");
+    its own timings settle it.
     """
     sequences = np.unique(np.concatenate([x for x, _ in sequence_ops.values()]))
     time_s = sum(np.interp(sequences, x, y) for x, y in sequence_ops.values())
