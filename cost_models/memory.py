@@ -14,6 +14,7 @@ import math
 from cost_models.hardware import GiB, HardwareSpec
 from cost_models.hybrid_layout import kv_block_bytes
 from cost_models.model_spec import ModelSpec
+from cost_models.pipeline import stage_models
 
 MiB = 2**20
 # Non-torch memory at TP 1: vLLM's memory profiling logged "non_torch_memory takes 0.16GiB" for a
@@ -64,17 +65,20 @@ def weights_bytes_per_rank(model: ModelSpec, tensor_parallel_size: int) -> int:
 
 
 def activation_peak_bytes(model: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int,
-                          tensor_parallel_size: int) -> int:
+                          tensor_parallel_size: int, samples: bool = True) -> int:
     """Estimated torch activation peak of vLLM's profile run on one rank.
 
     The larger of two moments: inside a decoder layer (residual and normed hidden states plus the
     wider of the attention projections and the MLP intermediates, all for every token), and the
     sampler pass (final hidden states plus full-vocabulary logits of one row per request, gathered
     over ranks, at SAMPLER_BYTES_PER_LOGIT each). Flash attention keeps no score matrix.
+    ``samples``: False for a pipeline stage before the last, which runs no sampler.
     """
     tokens, tp = max_num_batched_tokens, tensor_parallel_size
     hidden_bytes = tokens * model.hidden_size * model.dtype_bytes
     layer = 2 * hidden_bytes + tokens * _widest_layer_intermediate(model, tp) * model.dtype_bytes
+    if not samples:
+        return layer
     rows = min(max_num_seqs, tokens)
     sampler = hidden_bytes + rows * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
     return max(layer, sampler)
@@ -91,21 +95,33 @@ def _widest_layer_intermediate(model: ModelSpec, tp: int) -> int:
     return max(attention, mlp)
 
 
-def non_torch_bytes(tensor_parallel_size: int) -> int:
-    return NON_TORCH_BYTES + (NCCL_BYTES_PER_RANK if tensor_parallel_size > 1 else 0)
+def non_torch_bytes(num_gpus: int) -> int:
+    """CUDA context and workspaces, and NCCL's buffers where the engine spans more than one GPU."""
+    return NON_TORCH_BYTES + (NCCL_BYTES_PER_RANK if num_gpus > 1 else 0)
 
 
 def num_gpu_blocks(model: ModelSpec, hardware: HardwareSpec, tensor_parallel_size: int,
                    gpu_memory_utilization: float, block_size: int, max_num_batched_tokens: int,
-                   max_num_seqs: int) -> int:
+                   max_num_seqs: int, pipeline_parallel_size: int = 1) -> int:
     """KV blocks per rank: floor((ceil(util x M) - W - A - other) / (block_size x kv_bytes_per_token)),
-    or, for a hybrid model, over its block's bytes (cost_models/hybrid_layout.py).
+    or, for a hybrid model, over its block's bytes (cost_models/hybrid_layout.py). Under pipeline
+    parallelism each stage sizes its own cache over its own layers and the engine takes the least
+    (rule P2: vLLM's scheduler sees one pool, the fewest blocks of any worker).
 
     This is the pool size vLLM reports as num_gpu_blocks; block 0 is its null block, so the usable
     count is one less (rule 2.6.6), which the KV cache, not this function, accounts for.
     """
     _check_engine(gpu_memory_utilization, block_size, max_num_batched_tokens, max_num_seqs)
-    tp = tensor_parallel_size
+    stages = stage_models(model, pipeline_parallel_size)
+    return min(_stage_blocks(stage, hardware, tensor_parallel_size, gpu_memory_utilization, block_size,
+                             max_num_batched_tokens, max_num_seqs, stage is stages[-1],
+                             tensor_parallel_size * pipeline_parallel_size) for stage in stages)
+
+
+def _stage_blocks(model: ModelSpec, hardware: HardwareSpec, tp: int, gpu_memory_utilization: float,
+                  block_size: int, max_num_batched_tokens: int, max_num_seqs: int, samples: bool,
+                  num_gpus: int) -> int:
+    """One rank's KV blocks (num_gpu_blocks) of the model or of one pipeline stage."""
     requested = math.ceil(hardware.memory_bytes * gpu_memory_utilization)
     weights = weights_bytes_per_rank(model, tp)
     if weights >= requested:
@@ -113,15 +129,16 @@ def num_gpu_blocks(model: ModelSpec, hardware: HardwareSpec, tensor_parallel_siz
             f"model: {model.name} needs {weights / GiB:.1f} GiB of weights per GPU at "
             f"tensor_parallel_size={tp} but {hardware.name} x {gpu_memory_utilization:.2f} gives "
             f"{requested / GiB:.1f} GiB")
-    activations = activation_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp)
-    available = requested - weights - activations - non_torch_bytes(tp)
+    activations = activation_peak_bytes(model, max_num_batched_tokens, max_num_seqs, tp, samples)
+    other = non_torch_bytes(num_gpus)
+    available = requested - weights - activations - other
     block_bytes = kv_block_bytes(model, tp, block_size)
     blocks = available // block_bytes
     if blocks < 2:  # block 0 is the null block (rule 2.1): one block leaves none usable
         raise ValueError(
             f"engine.gpu_memory_utilization: {gpu_memory_utilization:.2f} of {hardware.name} leaves "
             f"{available / GiB:.2f} GiB for the KV cache after {weights / GiB:.1f} GiB of weights, "
-            f"{activations / GiB:.2f} GiB of activations and {non_torch_bytes(tp) / GiB:.2f} GiB "
+            f"{activations / GiB:.2f} GiB of activations and {other / GiB:.2f} GiB "
             f"of other memory, less than one block of {block_size} tokens "
             f"({block_bytes / MiB:.1f} MiB); raise gpu_memory_utilization or "
             f"tensor_parallel_size, or lower max_num_batched_tokens")

@@ -76,6 +76,11 @@ class ParametricCostModel(PricedByCounts):
         object.__setattr__(self, "_warned", [self.fitted_range is None])
 
     @property
+    def step_overhead_s(self) -> float:
+        """The per-step CPU time (what every pipeline stage pays: cost_models/pipeline.py)."""
+        return self.coefficients["step_overhead_s"]
+
+    @property
     def weight_read_s(self) -> float:
         """The floor a small step pays for the knee term: the fitted weight-streaming time."""
         return self.coefficients["linear_s_per_token"] * self.knee_tokens

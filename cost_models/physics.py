@@ -247,6 +247,11 @@ class PhysicsCostModel(PricedByCounts):
                                                 self.model.hidden_size * self.model.dtype_bytes))
         object.__setattr__(self, "_warned", [self.fitted_range is None])
 
+    @property
+    def step_overhead_s(self) -> float:
+        """The per-step CPU time (what every pipeline stage pays: cost_models/pipeline.py)."""
+        return self.coefficients["step_overhead"]
+
     def _time_s(self, counts: tuple) -> float:
         time_s = float(step_time_of(self._coef, self._work.features(counts, self.gemm_balance)))
         return time_s + self._allreduce_s(counts[0]) if counts[-1] else time_s

@@ -165,9 +165,9 @@ def test_mutated_scheduler_options_give_options_or_one_error_line(preset, data):
     ("engine.zzzz=3", "engine.zzzz: unknown field (not allowed here; check the spelling); allowed "
                       "here: tensor_parallel_size,"),
     # A vLLM knob servesim does not model is refused as such, not as a misspelling.
-    ("engine.pipeline_parallel_size=2", "engine.pipeline_parallel_size: pipeline parallelism is not "
-                                        "modelled (tensor_parallel_size is, and data parallelism as "
-                                        "engine.num_replicas behind engine.router)"),
+    ("engine.data_parallel_size=2", "engine.data_parallel_size: data parallelism is engine.num_replicas "
+                                    "engines behind engine.router (one scheduler and KV pool each, as "
+                                    "vLLM's data-parallel ranks)"),
 ])
 def test_an_unknown_field_lists_the_valid_ones_and_the_nearest(override, expected):
     raw = apply_overrides({"name": "t", "model": "llama-2-7b", "hardware": "a100-80gb",

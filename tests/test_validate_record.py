@@ -159,15 +159,14 @@ def test_a_dtype_other_than_a_fitted_models_is_refused_in_one_line(tmp_path):
         "as the fitted cost model was measured; pass --model a config.json with torch_dtype float32\n")
 
 
-def test_a_run_with_pipeline_parallelism_is_refused_in_one_line(tmp_path):
+def test_a_run_with_pipeline_parallelism_is_simulated_in_stages(tmp_path):
     meta = _meta()
     meta["resolved_config"]["parallel_config"]["pipeline_parallel_size"] = 2
-    result = CliRunner().invoke(main, ["validate", str(_run_folder(tmp_path, meta)), "--cost-model",
-                                       "roofline", "-o", str(tmp_path / "out")])
-    assert result.exit_code == 2 and result.output == (
-        "error: pipeline_parallel_size: 2 (meta.json resolved_config.parallel_config.pipeline_parallel_size); "
-        "pipeline parallelism is not modelled (allowed: 1; tensor and data parallel are)\n")
-    assert not any((tmp_path / "out").iterdir())   # nothing half-written
+    report, _ = _validate(tmp_path / "out", str(_run_folder(tmp_path, meta)))
+    assert report["scenario"]["engine"]["pipeline_parallel_size"] == 2
+    assert ("  pipeline_parallel_size 2: recorded (meta.json resolved_config.parallel_config."
+            "pipeline_parallel_size)") in report["notes"]
+    assert report["simulated_summary"]["completed"] == 4
 
 
 def test_huggingface_names_map_to_presets_and_a_local_folder_loads_its_config(tmp_path, monkeypatch):

@@ -49,8 +49,10 @@ def run_prepared(prepared: Prepared, out_dir: Path | None, plots: bool = True,
     (and the overview plot)."""
     scenario = prepared.scenario
     out_dir = out_dir or Path("results") / scenario.name
+    engine = scenario.engine
+    stages = f" x {engine.pipeline_parallel_size} stages" if engine.pipeline_parallel_size > 1 else ""
     click.echo(f"{scenario.name}: {len(prepared.trace)} requests, {prepared.model.name} on "
-               f"{prepared.hardware.name} x{scenario.engine.tensor_parallel_size}, "
+               f"{prepared.hardware.name} x{engine.tensor_parallel_size}{stages}, "
                f"cost model {scenario.cost_model.get('kind')}, seed {scenario.seed}")
     outputs = list(simulate_runs(prepared, out_dir, options))
     click.echo(format_table([o.summary for o in outputs]))

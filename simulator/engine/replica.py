@@ -18,6 +18,7 @@ class Replica:
     cost_model: StepCostModel | None = None
     pool: str = ""                       # P/D: "prefill" or "decode"; "" co-located
     num_transfers: int = 0               # P/D: KV pulls to or from it not yet done
+    pipeline: object = None              # its stages (engine/pipeline.py): when each step ends
 
     def notify(self) -> None:
         if self.wakeup is not None and not self.wakeup.triggered:

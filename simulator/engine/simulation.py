@@ -23,10 +23,12 @@ from typing import Callable, Iterable
 import simpy
 
 from cost_models.base import StepCostModel
+from cost_models.pipeline import PipelineStages
 from simulator.core.batch import Batch
 from simulator.core.request import Request
 from simulator.engine.clock import sleep_until
 from simulator.engine.disaggregation import PREFILL, PoolPlan, Transfers
+from simulator.engine.pipeline import Pipeline, max_concurrent_batches
 from simulator.engine.progress import NoProgressError, ProgressWatchdog, diagnose_stall
 from simulator.engine.replica import Replica, SimulationResult
 from simulator.engine.routing import Router, make_router
@@ -42,14 +44,15 @@ class Simulation:
     SessionColumns (simulator/workload/sessions.py): a later turn is sent its think time after
     the turn it follows has finished, not at its row's arrival time. ``pools``: a PoolPlan
     (engine/disaggregation.py) where ``schedulers`` are a prefill pool then a decode pool, and
-    ``cost_models`` then one per scheduler."""
+    ``cost_models`` then one per scheduler. ``stages``: each replica's PipelineStages
+    (cost_models/pipeline.py) under pipeline parallelism; default one stage, its cost model's step."""
 
     def __init__(self, requests: Iterable[Request], schedulers: list[Scheduler],
                  cost_model: StepCostModel, step_log, *, num_requests: int | None = None,
                  max_concurrency: int | None = None, router: str | Router = "round_robin",
                  on_step: Callable | None = None, on_finished: Callable | None = None,
                  fast_path: bool = True, sessions=None, pools: PoolPlan | None = None,
-                 cost_models: list[StepCostModel] | None = None):
+                 cost_models: list[StepCostModel] | None = None, stages: list[PipelineStages] | None = None):
         self.env = simpy.Environment()
         self.num_requests = len(requests) if num_requests is None else num_requests
         self.pending = iter(requests)
@@ -63,9 +66,10 @@ class Simulation:
         self.on_step = on_step
         self.on_finished = on_finished
         costs = cost_models or [cost_model] * len(schedulers)
-        self.replicas = [Replica(i, s, self._stepper(s, fast_path, c), cost_model=c,
-                                 pool=pools.pool_of(i) if pools else "")
-                         for i, (s, c) in enumerate(zip(schedulers, costs))]
+        stages = stages or [PipelineStages(c) for c in costs]
+        self.replicas = [Replica(i, s, self._stepper(s, fast_path, c, p.num_stages), cost_model=c,
+                                 pool=pools.pool_of(i) if pools else "", pipeline=Pipeline(p))
+                         for i, (s, c, p) in enumerate(zip(schedulers, costs, stages))]
         # P/D: requests enter the prefill pool; the transfers hand them to the decode pool.
         self.transfers = Transfers(pools, self.replicas, self.router) if pools else None
         self._entry = self.replicas[:pools.num_prefill] if pools else self.replicas
@@ -87,9 +91,10 @@ class Simulation:
         """When the next request reaches the engine, as far as is known now."""
         return min(self._next_root_s, self._releases[0]) if self._releases else self._next_root_s
 
-    def _stepper(self, scheduler: Scheduler, fast_path: bool, cost_model: StepCostModel):
-        """The decode cohort where it may hold the policy's steady decoders, else the policy."""
-        if fast_path and self.on_step is None and scheduler.may_hold_decoders:
+    def _stepper(self, scheduler: Scheduler, fast_path: bool, cost_model: StepCostModel, num_stages: int):
+        """The decode cohort where it may hold the policy's steady decoders (every step schedules
+        each of them: one stage), else the policy."""
+        if fast_path and self.on_step is None and scheduler.may_hold_decoders and num_stages == 1:
             return DecodeCohort(scheduler, cost_model)
         return scheduler
 
@@ -166,11 +171,11 @@ class Simulation:
         replica.scheduler.kv_pulls.clear()
 
     def serve(self, replica: Replica):
-        env, scheduler, stepper, cost = self.env, replica.scheduler, replica.stepper, replica.cost_model
+        env, scheduler, stepper, pipeline = self.env, replica.scheduler, replica.stepper, replica.pipeline
         watchdog = ProgressWatchdog()
-        # Async scheduling keeps two batches in flight: step k+1 is formed while step k runs.
-        depth = 2 if scheduler.async_scheduling else 1
-        in_flight: deque[Batch] = deque()
+        # Batches formed while earlier ones run: async scheduling's next step, or one per stage.
+        depth = max_concurrent_batches(pipeline.num_stages, scheduler.async_scheduling)
+        in_flight: deque[tuple[Batch, float]] = deque()
         carried_preemptions = 0
         runs = self.decode_runs and depth == 1 and isinstance(stepper, DecodeCohort)
         while True:
@@ -182,7 +187,7 @@ class Simulation:
                 if batch:
                     batch.num_preempted += carried_preemptions
                     carried_preemptions = 0
-                    in_flight.append(batch)
+                    in_flight.append((batch, start_s))
                 elif batch.num_preempted:
                     # Preemption emptied the batch (e.g. the only candidate preempted itself):
                     # vLLM schedules again at once; the state changed, so this is progress. The
@@ -194,13 +199,13 @@ class Simulation:
             if not in_flight:
                 yield from self._idle(replica)
                 continue
-            batch = in_flight.popleft()
+            batch, scheduled_s = in_flight.popleft()
             shape = batch.shape()
-            yield env.timeout(cost.step_time_s(shape))
-            end_s = env.now
+            step_start_s, end_s = pipeline.pass_through(scheduled_s, shape)
+            yield from sleep_until(env, end_s)
             finished = stepper.update_from_output(batch, end_s)
             tokens, _, num_decodes, _, _, num_prefills, num_sampled, num_seqs = shape.work_counts
-            self.step_log.append(start_s, end_s, num_seqs, num_prefills, num_decodes, tokens,
+            self.step_log.append(step_start_s, end_s, num_seqs, num_prefills, num_decodes, tokens,
                                  tokens - num_decodes, scheduler.num_running, len(scheduler.waiting),
                                  scheduler.kv.usage, batch.num_preempted,
                                  scheduler.kv.num_state_slots_used, replica.index)

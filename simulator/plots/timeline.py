@@ -21,7 +21,7 @@ from simulator.engine.simulation import Simulation
 from simulator.results.atomic import atomic_write
 from simulator.results.step_table import StepTable
 from simulator.core.request import RequestStatus
-from simulator.runner import make_requests
+from simulator.runner import make_requests, replica_stages
 
 TIMELINE_CSV = "timeline.csv"
 COLUMNS = ("lane", "start_s", "end_s", "request_id", "kind")
@@ -92,7 +92,8 @@ def record_timeline(prepared, run) -> SlotTimeline:
     recorder = TimelineRecorder(run.label, run.options.max_num_seqs)
     Simulation(make_requests(prepared.trace), schedulers, prepared.cost_model, recorder.step_log,
                max_concurrency=prepared.trace.max_concurrency, router=router_for(engine),
-               on_step=recorder, sessions=prepared.trace.sessions).run()
+               on_step=recorder, sessions=prepared.trace.sessions,
+               stages=replica_stages(prepared, [prepared.cost_model] * len(schedulers))).run()
     return _compact_lanes(recorder.timeline, run.options.max_num_seqs)
 
 

@@ -51,6 +51,8 @@ class Scheduler:
     checks_pool_at_startup = False   # vLLM's presets refuse a pool below one max_model_len request
     prefix_cache_class: ClassVar[type[KVCache] | None] = None   # the pool of enable_prefix_caching
     supports_speculative = False   # engine.speculative (docs/speculative-decoding-semantics.md)
+    # engine.pipeline_parallel_size > 1: a batch in flight per stage (docs/pipeline-parallel-semantics.md)
+    supports_pipeline_parallel = False
     # Runs hybrid models: their state blocks come from the KV pool (docs/hybrid-state-semantics.md)
     supports_state_pool: ClassVar[bool] = False
 

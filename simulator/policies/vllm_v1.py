@@ -36,6 +36,7 @@ class VllmV1Scheduler(Scheduler):
     supports_priority = True
     serves_running_in_order = True
     supports_speculative = True
+    supports_pipeline_parallel = True   # the batch queue skips requests in flight (rule P3)
     Options = VllmV1Options
     prefix_cache_class = PrefixCachingKVCache
     supports_remote_kv = True

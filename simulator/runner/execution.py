@@ -7,6 +7,7 @@ from typing import Iterator
 
 import numpy as np
 
+from cost_models.pipeline import pipeline_stages
 from simulator.core.request import Request
 from simulator.engine.disaggregation import KVLink, PoolPlan
 from simulator.engine.routing import replica_summaries, router_for
@@ -67,6 +68,12 @@ def _pool_plan(prepared: Prepared, run: PreparedRun) -> PoolPlan | None:
                     prepared.model.kv_bytes_per_token(decode.tensor_parallel_size))
 
 
+def replica_stages(prepared: Prepared, cost_models: list) -> list:
+    """Each replica's pipeline stages (cost_models/pipeline.py) on its cost model."""
+    pp = prepared.scenario.engine.pipeline_parallel_size
+    return [pipeline_stages(cost, prepared.model, prepared.hardware, pp) for cost in cost_models]
+
+
 def _run_context(prepared: Prepared, run: PreparedRun) -> SchedulerContext:
     """The run's scheduler context: with speculation, a generator continuing the run's one
     stream after the workload, the same for every scheduler of the scenario (one per run, its
@@ -99,6 +106,7 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
     schedulers = [run.scheduler_cls(run.options, run.make_kv_cache(blocks), context)
                   for blocks, replicas, _ in pools for _ in range(replicas)]
     cost_models = [cost for _, replicas, cost in pools for _ in range(replicas)]
+    stages = replica_stages(prepared, cost_models)
     requests = RequestTable(len(trace), keep_gaps=scenario.metrics.record_itl_gaps,
                             sink=files.requests if files is not None else None)
     steps = StepTable(sink=files.steps if files is not None else None,
@@ -108,7 +116,7 @@ def simulate(prepared: Prepared, run: PreparedRun, fast_path: bool = True,
                      max_concurrency=trace.max_concurrency, router=router_for(scenario.engine),
                      on_finished=progress.wrap(requests.record) if progress else requests.record,
                      fast_path=fast_path, sessions=trace.sessions,
-                     pools=_pool_plan(prepared, run), cost_models=cost_models)
+                     pools=_pool_plan(prepared, run), cost_models=cost_models, stages=stages)
     result = sim.run()
     requests.flush()
     steps.flush()

@@ -43,6 +43,7 @@ def prepare(scenario: Scenario, schedulers: Sequence[str] = (),
         cost = make_cost_model(scenario.cost_model.get("kind", ""), cost_options, model, hardware, tp)
         cost = _with_proposer(cost, scenario, model, hardware)
         runs = [_prepare_run(scenario, model, hardware, o) for o in options]
+        _check_pipeline(scenario, runs)
         if scenario.disaggregation is not None:
             runs = [_with_pools(scenario, model, hardware, run) for run in runs]
         for run in runs:
@@ -119,7 +120,7 @@ def _prepare_run(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, o
     cls, probe, context, layout = _probe(scenario, model, hardware, options)
     engine = scenario.engine
     blocks = _pool_blocks(scenario, model, hardware, probe, engine.tensor_parallel_size,
-                          engine.num_gpu_blocks)
+                          engine.num_gpu_blocks, engine.pipeline_parallel_size)
     return PreparedRun(options.label, probe.options, cls, blocks, context, layout)
 
 
@@ -145,13 +146,15 @@ def _probe(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, options
 
 
 def _pool_blocks(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, probe: Scheduler,
-                 tensor_parallel_size: int, given_blocks: int | None) -> int:
-    """KV blocks of one replica: ``given_blocks``, else what the GPU's memory holds."""
+                 tensor_parallel_size: int, given_blocks: int | None, pipeline_parallel_size: int = 1) -> int:
+    """KV blocks of one replica: ``given_blocks``, else what the GPU's memory holds (the fewest
+    of any pipeline stage's GPU)."""
     engine = scenario.engine
     try:
         memory_blocks = num_gpu_blocks(
             model, hardware, tensor_parallel_size, engine.gpu_memory_utilization,
-            engine.block_size, probe.options.max_num_batched_tokens, probe.options.max_num_seqs)
+            engine.block_size, probe.options.max_num_batched_tokens, probe.options.max_num_seqs,
+            pipeline_parallel_size)
     except ValueError:
         if given_blocks is None:
             raise
@@ -160,6 +163,24 @@ def _pool_blocks(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec, p
         probe.check_pool_holds_max_model_len(
             memory_blocks, f"{engine.gpu_memory_utilization:g} of {hardware.name}'s memory holds")
     return given_blocks or memory_blocks
+
+
+def _check_pipeline(scenario: Scenario, runs: list[PreparedRun]) -> None:
+    """Pipeline parallelism where its rules are written down: vLLM V1's batch queue (rule P3),
+    one engine's stages on one kind of GPU, no drafts in flight."""
+    engine = scenario.engine
+    pp = engine.pipeline_parallel_size
+    if pp == 1:
+        return
+    for what, present in (("disaggregation", scenario.disaggregation is not None),
+                          ("engine.speculative", engine.speculative is not None)):
+        if present:
+            raise ScenarioError(f"engine.pipeline_parallel_size: {pp} is not modelled with {what} "
+                                f"(docs/pipeline-parallel-semantics.md); allowed: 1, or remove {what}")
+    for run in runs:
+        if not run.scheduler_cls.supports_pipeline_parallel:
+            raise ScenarioError(f"engine.pipeline_parallel_size: {pp} is modelled for vllm_v1's batch "
+                                f"queue only; scheduler {run.label} ({run.options.preset}) allows 1")
 
 
 def _with_pools(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec,

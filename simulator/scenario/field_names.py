@@ -24,8 +24,8 @@ def allowed_fields(root: type, loc: tuple) -> tuple[str, ...]:
 
 # vLLM knobs a user may well write that servesim does not model: what to say instead of a spelling hint.
 NOT_MODELLED = {
-    "pipeline_parallel_size": ("pipeline parallelism is not modelled (tensor_parallel_size is, and data "
-                               "parallelism as engine.num_replicas behind engine.router)")}
+    "data_parallel_size": ("data parallelism is engine.num_replicas engines behind engine.router "
+                           "(one scheduler and KV pool each, as vLLM's data-parallel ranks)")}
 
 
 def unknown_field_hint(root: type, loc: tuple) -> str:

@@ -47,6 +47,8 @@ RouterName = Literal[router_names()]   # the registered routers (simulator/engin
 @dataclass(frozen=True)
 class EngineOptions:
     tensor_parallel_size: PositiveInt = 1
+    # Stages of the layers, a batch in flight per stage (docs/pipeline-parallel-semantics.md).
+    pipeline_parallel_size: PositiveInt = 1
     gpu_memory_utilization: UnitInterval = 0.92       # vLLM V1 default (semantics §8)
     # vLLM uses 16 (1 to 128 for attention; hybrid models' larger pages reach a few thousand);
     # the decode cohort keeps a counter per token of a block.

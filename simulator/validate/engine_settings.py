@@ -107,9 +107,6 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
     record = record_of(measured)
     model = load_model(options.model)
     pp = choose(record, "pipeline_parallel_size", default=1, why="vLLM's default")
-    if pp.value != 1:
-        raise ValueError(f"pipeline_parallel_size: {pp.value} ({pp.where}); pipeline parallelism is not "
-                         f"modelled (allowed: 1; tensor and data parallel are)")
     tp = choose(record, "tensor_parallel_size", default=1, why="vLLM's default")
     dp = choose(record, "data_parallel_size", default=1, why="vLLM's default, one engine")
     block = block_size_setting(measured)
@@ -122,6 +119,8 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
                               "gpu_memory_utilization": util.value, "num_replicas": dp.value}
     if dp.value > 1:
         engine["router"] = DP_ROUTER
+    if pp.value != 1:
+        engine["pipeline_parallel_size"] = pp.value
     if max_len.how != "derived":
         engine["max_model_len"] = max_len.value
     if blocks.how != "derived":
@@ -136,7 +135,7 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
     quantization = _quantization(record, model)
     if quantization.value is not None:
         engine["quantization"] = quantization.value
-    return engine, [tp, _replicas_note(dp), block, blocks, util, max_len, dtype, kv, quantization]
+    return engine, [tp, pp, _replicas_note(dp), block, blocks, util, max_len, dtype, kv, quantization]
 
 
 def block_size_setting(measured: MeasuredRun) -> Setting:
