@@ -62,6 +62,14 @@ def requests(ref: Path) -> list[FitRequest]:
     return jobs
 
 
+# The Vidur models of each GPU a physics file is fitted on (phi-2 left out: its parallel attention and
+# MLP block, one LayerNorm a layer, is not a ModelSpec shape).
+_VIDUR_COMMON = ("meta-llama/Llama-2-7b-hf", "meta-llama/Llama-2-70b-hf", "codellama/CodeLlama-34b-Instruct-hf",
+                 "internlm/internlm-20b", "Qwen/Qwen-72B")
+VIDUR_PHYSICS_MODELS = {"a100": _VIDUR_COMMON + ("meta-llama/Meta-Llama-3-8B", "meta-llama/Meta-Llama-3-70B"),
+                        "h100": _VIDUR_COMMON}
+
+
 def physics_jobs(ref: Path) -> list[tuple[str, list[Path], str | None, str]]:
     """(name, sources, mode, hardware) of every shipped physics file (cost_models/physics.py)."""
     lss = ref / _LSS / "RTXPRO6000"
@@ -69,7 +77,12 @@ def physics_jobs(ref: Path) -> list[tuple[str, list[Path], str | None, str]]:
         ("physics-rtx-pro-6000-kernels", [lss / "meta-llama/Llama-3.1-8B/bf16", lss / "Qwen/Qwen3-32B/bf16",
                                           lss / "Qwen/Qwen3-30B-A3B-Instruct-2507/bf16"], None, ""),
         # One model: no leave-one-model-out figure (cost_models/profiles/README.md).
-        ("physics-rtx-4090-kernels", [ref / _LSS / "RTX4090/meta-llama/Llama-3.1-8B/bf16"], None, "")]
+        ("physics-rtx-4090-kernels", [ref / _LSS / "RTX4090/meta-llama/Llama-3.1-8B/bf16"], None, "")] + [
+        # Vidur: every model servesim describes (not phi-2: cost_models/profiles/README.md); the one
+        # attention profile is the A100's, so the H100 file has no attention.
+        (f"physics-{gpu}-kernels", [ref / _VIDUR / "compute" / gpu / m / "mlp.csv" for m in models]
+         + ([ref / _VIDUR / "legacy/a100/attention.csv"] if gpu == "a100" else []), None, "")
+        for gpu, models in VIDUR_PHYSICS_MODELS.items()]
 
 
 def roofline_jobs(ref: Path) -> dict[str, tuple[list[Path], str | None, str]]:

@@ -177,6 +177,18 @@ PRESETS: dict[str, ModelSpec] = {m.name: m for m in [
               tie_word_embeddings=True),
     ModelSpec("yi-34b", num_layers=60, hidden_size=7168, num_attention_heads=56, num_kv_heads=8,
               intermediate_size=20480, vocab_size=64000, max_model_len=4096),
+    # The three below are the models Vidur profiled (../shared/reference/vidur-profiles), from their
+    # hubs' config.json as Vidur's vidur/config/model_config.py (microsoft/vidur 7d47513) copies them.
+    # codellama/CodeLlama-34b-Instruct-hf: a Llama-2 layer, GQA, rope_theta 1e6.
+    ModelSpec("codellama-34b", num_layers=48, hidden_size=8192, num_attention_heads=64, num_kv_heads=8,
+              intermediate_size=22016, vocab_size=32000, max_model_len=16384),
+    # internlm/internlm-20b (InternLM v1: a Llama layer with biases on q, k, v, o, which add no GEMM).
+    ModelSpec("internlm-20b", num_layers=60, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
+              intermediate_size=13824, vocab_size=103168, max_model_len=4096),
+    # Qwen/Qwen-72B (Qwen v1, model_type "qwen"): its config.json intermediate_size 49152 is twice the
+    # gated MLP's width (w1, w2 are each intermediate_size / 2 = 24576 wide, Vidur's mlp_hidden_dim).
+    ModelSpec("qwen-72b", num_layers=80, hidden_size=8192, num_attention_heads=64, num_kv_heads=64,
+              intermediate_size=24576, vocab_size=152064, max_model_len=32768),
     # The tiny Llama that ../shared/tools/vllm-cpu builds (make_tiny_model.py defaults), fp32 there.
     # Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: 36 gated DeltaNet and 12 full-attention
     # layers (full_attention_interval 4). Its shared expert (512 wide) and attention output gate
@@ -202,6 +214,7 @@ HF_NAMES = {
     "llama-2-7b-chat-hf": "llama-2-7b", "mixtral-8x7b-v0.1": "mixtral-8x7b",
     "mixtral-8x7b-instruct-v0.1": "mixtral-8x7b", "llama-2-13b-hf": "llama-2-13b", "llama-2-70b-hf": "llama-2-70b",
     "qwen3-next-80b-a3b-instruct": "qwen3-next-80b-a3b", "qwen3-next-80b-a3b-thinking": "qwen3-next-80b-a3b",
+    "codellama-34b-hf": "codellama-34b", "codellama-34b-instruct-hf": "codellama-34b",
 }
 
 

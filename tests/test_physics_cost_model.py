@@ -141,7 +141,7 @@ def _shipped(name: str) -> dict:
 
 
 @pytest.mark.parametrize("name", ["physics-h200-cuda_graph", "physics-h200-eager", "physics-rtx-pro-6000-kernels",
-                                  "physics-rtx-4090-kernels"])
+                                  "physics-rtx-4090-kernels", "physics-a100-kernels", "physics-h100-kernels"])
 def test_shipped_physics_files_are_non_negative_and_say_what_they_were_fitted_on(name):
     data = _shipped(name)
     assert all(v >= 0 for v in data["coefficients"].values())

@@ -52,6 +52,10 @@ class PhysicsSamples:
     launches: tuple[int, int, int] = HARNESS_LAUNCHES   # the measured engine's kernels per layer
     part: str = STEP   # STEP: whole steps; else the operators a source timed apart (fitted, not reported)
     decode_skew: float | None = None   # the source's measured alpha of unequal decode contexts (None: unmeasured)
+    # Where a source times some of a layer's kernels (launches), the whole layer's, which the file
+    # prices by (None: launches); and whether a part's shapes count in the file's fitted_range.
+    layer_launches: tuple[int, int, int] | None = None
+    in_fitted_range: bool = False
 
     @property
     def families(self) -> list[str]:

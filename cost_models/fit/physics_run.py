@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 
 from cost_models.fit.model_file import sig4
-from cost_models.fit.physics_fit import PhysicsSamples, fit_physics, leave_one_model_out, measured_decode_skew
+from cost_models.fit.physics_fit import (PhysicsSamples, fit_physics, leave_one_model_out, measured_decode_skew,
+                                         predict)
 from cost_models.fit.physics_sources import is_vllm_log, read_physics_sources
-from cost_models.fit.report import format_errors
+from cost_models.fit.report import family_errors, format_errors
 from cost_models.importers.forms import sha256_of
 from cost_models.fit.run import FitOutcome
 from cost_models.fitted_range import FittedRange
@@ -43,9 +44,18 @@ def run_physics_fit(sources: list[Path], mode: str | None = None, hardware: str 
     lines.append(f"  {'gemm_balance':<24} {sig4(fit.gemm_balance)}")
     lines.append(f"  {'gemm_tile_tokens':<24} {fit.gemm_tile_tokens}")
     lines.append(format_errors("fitted on all models (training error)", fit.train_errors))
+    for part in parts:
+        lines.append(format_errors(f"{part}, timed apart (training error)", part_errors(fit, samples, part)))
     for model, errs in lomo.items():
         lines.append(format_errors(f"leave-one-model-out: {model} predicted from the others", errs))
     return FitOutcome(data, "\n".join(lines))
+
+
+def part_errors(fit, samples: list[PhysicsSamples], part: str) -> dict:
+    """The fit's error per family on the rows of one part a source timed apart (not whole steps)."""
+    rows = [s for s in samples if s.part == part]
+    predicted, measured = (np.concatenate([predict(fit, s) for s in rows]), np.concatenate([s.time_s for s in rows]))
+    return family_errors(predicted, measured, [f for s in rows for f in s.families], np.ones(len(measured), bool))
 
 
 def source_files(sources: list[Path], request_lengths: Path | None = None) -> list[Path]:
@@ -63,9 +73,10 @@ def source_files(sources: list[Path], request_lengths: Path | None = None) -> li
 
 def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode: str) -> dict:
     shapes = [shape for s in samples if s.is_step for shape in s.shapes]
+    in_range = [shape for s in samples if s.is_step or s.in_fitted_range for shape in s.shapes]
     specs = list({s.spec.name: s.spec for s in samples}.values())
     measured = sorted({t for s in samples for t in s.measured}, key=TERMS.index)
-    launches = samples[0].launches
+    launches = samples[0].layer_launches or samples[0].launches
     return {
         "format": FORMAT, "form": "physics", "name": name, "model": None,
         "hardware": samples[0].hardware.name, "mode": mode,
@@ -80,7 +91,7 @@ def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode
                       "modes": [mode], "sources": sorted({s.source for s in samples}),
                       "model_ranges": model_ranges(specs), "steps": len(shapes),
                       "parts": sorted({s.part for s in samples if not s.is_step})},
-        "fitted_range": FittedRange.of_shapes(shapes).to_json(),
+        "fitted_range": FittedRange.of_shapes(in_range).to_json(),
         "decode_skew": decode_skew_json(samples),
         "leave_one_model_out": lomo, "train_errors": fit.train_errors,
         "step_time_range_s": [float(np.min([s.time_s.min() for s in samples if s.is_step])),

@@ -9,6 +9,9 @@
   Kernel sums hold no CPU time, so the per-step overhead and the host's launches are not measured;
 - a Vidur ``mlp.csv``: per TP degree, num_layers x the non-attention operators of a step of that many
   tokens; attention, the lm_head and the per-step overhead are not in it;
+- Vidur's legacy ``attention.csv`` (one attention shape at one TP degree): num_layers x one layer's
+  attention kernel of Llama-2-70B, the model Vidur reads it as, as two parts of their own (decodes,
+  prefills), fitted on the attention terms alone;
 - a vLLM iteration log with its requests' lengths: each step's shape replayed
   (importers/vllm_schedule.py), the terms one model's log can tell apart (LOG_TERMS).
 Terms a source does not measure are left out of its rows (``measured``); the all-reduces of a
@@ -25,7 +28,8 @@ from cost_models.batch_shape import BatchShape
 from cost_models.fit.physics_fit import PhysicsSamples
 from cost_models.fit.table_fit import fit_tables
 from cost_models.hardware import load_hardware
-from cost_models.importers import read_llmservingsim, read_step_timings, read_vidur, read_vllm_log
+from cost_models.importers import (read_llmservingsim, read_step_timings, read_vidur, read_vidur_attention,
+                                   read_vllm_log)
 from cost_models.importers.forms import number, read_csv_columns
 from cost_models.model_spec import load_model
 from cost_models.launches import VLLM_LAUNCHES
@@ -35,7 +39,14 @@ KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_k
                     "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
                     "mixed_decode_waves", "moe_experts")
 SEQUENCE_TERMS = ("lm_head", "logits")
-DENSE_TERMS = ("gemm", "activation_traffic", "layer_launch", "layer_seq")
+# Vidur's dense operators are timed against tokens alone: no cost per sequence (layer_seq).
+DENSE_TERMS = ("gemm", "activation_traffic", "layer_launch")
+ATTENTION_TERMS = ("prefill_attention", "decode_kv_read", "prefill_kv_read", "layer_launch", "layer_seq")
+# The kernels Vidur times of a layer: its nine mlp.csv operators (importers/vidur.py LAYER_OPS, seven
+# besides the two norms) and one attention kernel; the whole layer, 10, is vLLM's count.
+VIDUR_DENSE_LAUNCHES, VIDUR_ATTENTION_LAUNCHES = (7, 1, 0), (1, 0, 0)
+# The model whose layer the legacy attention.csv times: Vidur reads it as Llama-2-70B's (its README).
+VIDUR_ATTENTION_MODEL = "llama-2-70b"
 # The terms a vLLM log of one model can tell apart: for one model the others are constants per step
 # or multiples of these (launches, the lm_head's weight read, activations above the GEMM knee).
 LOG_TERMS = ("step_overhead", "gemm", "prefill_attention", "decode_kv_read", "prefill_kv_read", "layer_seq")
@@ -109,7 +120,31 @@ def from_vidur(mlp_csv: Path) -> list[PhysicsSamples]:
         times = spec.num_layers * layer_s
         out.append(PhysicsSamples(spec, hw, tables.tensor_parallel_size, shapes, times,
                                   f"Vidur operator sums of {mlp_csv}, tp {tables.tensor_parallel_size}",
-                                  measured=DENSE_TERMS, launches=VLLM_LAUNCHES))
+                                  measured=DENSE_TERMS, launches=VIDUR_DENSE_LAUNCHES,
+                                  layer_launches=VLLM_LAUNCHES))
+    return out
+
+
+def from_vidur_attention(attention_csv: Path) -> list[PhysicsSamples]:
+    """The legacy attention.csv as VIDUR_ATTENTION_MODEL's decodes and prefills, two parts (each
+    weighs as a family), num_layers x the kernel's median, repeated grid points averaged."""
+    tables = read_vidur_attention(attention_csv)
+    spec, hw = load_model(VIDUR_ATTENTION_MODEL), load_hardware(tables.hardware)
+    wrong = {k: v for k, v in tables.notes["shape"].items() if getattr(spec, k) != v}
+    if wrong:
+        raise ValueError(f"{attention_csv}: attention shape {wrong} is not {spec.name}'s, the model it is read as")
+    *grid, time_s = tables.attention
+    grid = np.column_stack(grid).astype(int)   # chunk, cached, decodes, decode context
+    out = []
+    for part, rows in (("attention: decodes", grid[:, 2] > 0), ("attention: prefills", grid[:, 0] > 0)):
+        keys, inverse = np.unique(grid[rows], axis=0, return_inverse=True)
+        inverse = inverse.ravel()
+        mean_s = np.bincount(inverse, weights=time_s[rows]) / np.bincount(inverse)
+        shapes = [BatchShape.of([c], [k]) if c else BatchShape.of([1] * n, [d] * n) for c, k, n, d in keys]
+        out.append(PhysicsSamples(spec, hw, tables.tensor_parallel_size, shapes, spec.num_layers * mean_s,
+                                  f"Vidur attention kernels of {attention_csv}, tp {tables.tensor_parallel_size}",
+                                  measured=ATTENTION_TERMS, launches=VIDUR_ATTENTION_LAUNCHES, part=part,
+                                  layer_launches=VLLM_LAUNCHES, in_fitted_range=True))
     return out
 
 
@@ -152,6 +187,8 @@ def read_physics_sources(paths: list[Path], mode: str | None, hardware: str, mod
             out += from_llmservingsim(path)
         elif path.name == "mlp.csv":
             out += from_vidur(path)
+        elif path.name == "attention.csv":
+            out += from_vidur_attention(path)
         else:
             csv_path = path / "timings.csv" if path.is_dir() else path
             models = sorted({r["model"] for r in read_csv_columns(csv_path, ("model", "mode"))

@@ -1,9 +1,12 @@
-"""Vidur's per-operator profiles: ``compute/<gpu>/<org>/<model>/mlp.csv`` and ``network/<node>/all_reduce.csv``.
+"""Vidur's per-operator profiles: ``compute/<gpu>/<org>/<model>/mlp.csv``, ``network/<node>/all_reduce.csv``
+and the legacy ``<gpu>/attention.csv``.
 
 mlp.csv holds every non-attention operator of ONE layer against ``num_tokens``, per tensor-parallel
 degree, in milliseconds (Vidur reads the ``.median`` columns, so do we). Vidur's per-model attention
-files are absent from the reference copy, so attention comes from the roofline model. Vidur profiles
-no lm_head or sampler; the roofline fills those in as well. See ../shared/reference/vidur-profiles/README.md.
+files are absent from the reference copy, so the table profiles take attention from the roofline
+model; the one legacy attention.csv (one attention shape, one TP degree) is read by
+read_vidur_attention. Vidur profiles no lm_head or sampler; the roofline fills those in as well.
+See ../shared/reference/vidur-profiles/README.md.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ LAYER_OPS = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", 
 MODEL_OPS = ("emb",)
 # Vidur's model folders -> servesim presets with the same shapes (Llama-3-8B has Llama-3.1-8B's shapes).
 MODEL_NAMES = {"Llama-2-7b-hf": "llama-2-7b", "Llama-2-70b-hf": "llama-2-70b", "Meta-Llama-3-8B": "llama-3.1-8b",
-               "Meta-Llama-3-70B": "llama-3.1-70b"}
+               "Meta-Llama-3-70B": "llama-3.1-70b", "CodeLlama-34b-Instruct-hf": "codellama-34b"}
 HARDWARE_NAMES = {"a100": "a100-80gb", "h100": "h100-sxm", "a40": "a40"}
 
 
@@ -49,6 +52,43 @@ def read_vidur(mlp_csv: Path, all_reduce_csv: Path | None = None) -> list[Operat
             source, model, hardware, tp, _ops(mlp_csv, tp_rows, LAYER_OPS), _ops(mlp_csv, tp_rows, MODEL_OPS), {},
             attention=None, allreduce=allreduce, notes={"attention": "roofline", "lm_head_and_sampler": "roofline"}))
     return tables
+
+
+# Vidur's attention operators; attn_input_reshape and attn_output_reshape are profiled too, but Vidur's
+# iteration time leaves them out (its README, "How Vidur uses these tables"), and so do we.
+ATTENTION_SHAPE = ("n_embd", "n_q_head", "n_kv_head", "num_tensor_parallel_workers")
+
+
+def read_vidur_attention(attention_csv: Path) -> OperatorTables:
+    """The legacy ``<gpu>/attention.csv``: ONE layer's attention kernel (attn_prefill or attn_decode,
+    medians) per row as OperatorTables.attention, (prefill_chunk, kv_prefill, n_decode, kv_decode,
+    time_s); a decode row is batch_size decodes of kv_cache_size context each, a prefill row one
+    chunk of prefill_chunk_size tokens after kv_cache_size cached ones. The file's one attention
+    shape and TP degree go in ``notes["shape"]``; ``model`` is left empty (a shape, not a model)."""
+    path = Path(attention_csv)
+    columns = (*ATTENTION_SHAPE, "batch_size", "prefill_chunk_size", "kv_cache_size", "is_prefill",
+               "time_stats.attn_prefill.median", "time_stats.attn_decode.median")
+    rows = read_csv_columns(path, columns)
+    shapes = {tuple(int(number(path, i, c, r[c])) for c in ATTENTION_SHAPE) for i, r in enumerate(rows)}
+    if len(shapes) != 1:
+        raise ValueError(f"{path}: {len(shapes)} attention shapes {sorted(shapes)} (allowed: one per file)")
+    (n_embd, q_heads, kv_heads, tp), = shapes
+    out = []
+    for i, r in enumerate(rows):
+        if r["is_prefill"] not in ("True", "False"):
+            raise ValueError(f"{path}: row {i + 2}, column is_prefill: {r['is_prefill']!r} is not True or False")
+        prefill = r["is_prefill"] == "True"
+        op = "time_stats.attn_prefill.median" if prefill else "time_stats.attn_decode.median"
+        batch, kv = number(path, i, "batch_size", r["batch_size"]), number(path, i, "kv_cache_size", r["kv_cache_size"])
+        chunk = number(path, i, "prefill_chunk_size", r["prefill_chunk_size"], allow_zero=not prefill)
+        out.append((chunk if prefill else 0, kv if prefill else 0, 0 if prefill else batch, 0 if prefill else kv,
+                    number(path, i, op, r[op], allow_zero=False) / 1e3))
+    attention = tuple(np.array(column) for column in zip(*out))
+    gpu = path.parent.name
+    source = Source(f"Vidur attention.csv on {gpu}, tp {tp} (attention kernel medians)", {str(path): sha256_of(path)})
+    return OperatorTables(source, "", HARDWARE_NAMES.get(gpu, gpu), tp, {}, {}, {}, attention=attention,
+                          notes={"shape": {"hidden_size": n_embd, "num_attention_heads": q_heads,
+                                           "num_kv_heads": kv_heads}})
 
 
 def _ops(path: Path, rows: list[tuple[int, dict]], ops: tuple[str, ...]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
