@@ -6,7 +6,7 @@ their leave-one-model-out error; and the checks that warn when a scenario leaves
      "launches": {"other", "per_norm", "mixed", "source"},
      "fitted_on": {"gpus", "models", "tensor_parallel_sizes", "modes", "sources", "model_ranges"},
      "fitted_range": FittedRange, "leave_one_model_out": {model: errors per family},
-     "unmeasured_terms": [TERM, ...] (priced at 0 s), ...}
+     "unmeasured_terms": [TERM, ...], "filled_terms": {TERM: how it is priced unmeasured}, ...}
 """
 from __future__ import annotations
 
@@ -19,9 +19,6 @@ from cost_models.model_spec import ModelSpec, load_model
 # The config fields whose fitted span a model is checked against (ModelSpec names).
 MODEL_FIELDS = ("num_layers", "hidden_size", "intermediate_size", "num_attention_heads", "num_kv_heads",
                 "vocab_size")
-# Terms every serving step has work for: a file whose sources timed none of it (its unmeasured_terms)
-# prices it at 0 s, which load_physics says once.
-STEP_TERMS = ("prefill_attention", "decode_kv_read", "prefill_kv_read", "lm_head", "logits")
 
 
 def model_ranges(specs: list[ModelSpec]) -> dict[str, list[int]]:
@@ -62,10 +59,10 @@ def load_physics(data: dict, spec: ModelSpec, hardware: HardwareSpec, tp: int,
     if problem:
         warnings.warn(f"cost model {data['name']!r}: {problem}; the time is extrapolated",
                       RuntimeWarning, stacklevel=3)
-    unmeasured = [t for t in STEP_TERMS if t in data.get("unmeasured_terms", ())]
-    if unmeasured:
-        warnings.warn(f"cost model {data['name']!r}: {', '.join(unmeasured)} not measured by its sources "
-                      f"(unmeasured_terms), priced at 0 s: its step times leave them out",
+    filled = data.get("filled_terms") or {}
+    if filled:
+        warnings.warn(f"cost model {data['name']!r}: {', '.join(filled)} not measured by its sources, "
+                      f"priced by rule (filled_terms): {'; '.join(f'{t}: {h}' for t, h in filled.items())}",
                       RuntimeWarning, stacklevel=3)
     launches = data["launches"]
     return PhysicsCostModel(spec, hardware, coefficients, float(data["gemm_balance"]), tp,

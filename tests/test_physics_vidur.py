@@ -17,6 +17,7 @@ from cost_models.hardware import load_hardware
 from cost_models.model_spec import load_model
 from cost_models.physics import TERMS
 from cost_models.profiles import PROFILES_DIR
+from cost_models.roofline_defaults import roofline_defaults
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 ATTENTION = REFERENCE / "vidur-profiles" / "legacy" / "a100" / "attention.csv"
@@ -69,10 +70,17 @@ def test_a_shipped_vidur_file_prices_an_unseen_model_from_its_config(gpu):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         model = make_cost_model("physics", {"profile": name}, spec, hardware, 2)
-    unmeasured = "lm_head, logits" if gpu == "a100" else "prefill_attention, decode_kv_read, prefill_kv_read, lm_head, logits"
+    filled = ["lm_head", "logits"] + (["prefill_attention", "decode_kv_read", "prefill_kv_read"] if gpu == "h100" else [])
+    assert list(data["filled_terms"]) == filled
     assert [str(w.message) for w in caught] == [
-        f"cost model {name!r}: {unmeasured} not measured by its sources (unmeasured_terms), priced at 0 s: "
-        "its step times leave them out"]
+        f"cost model {name!r}: {', '.join(filled)} not measured by its sources, priced by rule (filled_terms): "
+        + "; ".join(f"{t}: {h}" for t, h in data["filled_terms"].items())]
+    c = data["coefficients"]
+    assert (c["lm_head"], c["logits"]) == (c["gemm"], c["activation_traffic"])   # the fill rules
+    if gpu == "h100":   # attention as the roofline prices it on the H100 (roofline_defaults.json)
+        defaults = roofline_defaults("h100-sxm")
+        assert c["decode_kv_read"] == pytest.approx(1 / defaults["bandwidth_efficiency"], rel=1e-3)
+        assert c["prefill_attention"] == pytest.approx(1 / defaults["compute_efficiency"], rel=1e-3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # the H100 file saw one sequence a step
         short, long = (model.step_time_s(BatchShape.of([1] * 64, [c] * 64)) for c in (32, 1024))
@@ -80,7 +88,7 @@ def test_a_shipped_vidur_file_prices_an_unseen_model_from_its_config(gpu):
     # The decodes' KV read, at the file's coefficient: 64 x 992 more keys of 40 layers x 40 / 2 heads.
     kv_s = 64 * 992 * spec.kv_bytes_per_token(2) / hardware.memory_bandwidth_Bps
     assert long - short == pytest.approx(data["coefficients"]["decode_kv_read"] * kv_s, rel=1e-9)
-    assert (long > short) == (gpu == "a100")
+    assert long > short
     assert prefill > long > 0
 
 

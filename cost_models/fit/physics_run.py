@@ -14,6 +14,7 @@ from cost_models.fit.report import family_errors, format_errors
 from cost_models.importers.forms import sha256_of
 from cost_models.fit.run import FitOutcome
 from cost_models.fitted_range import FittedRange
+from cost_models.roofline_defaults import roofline_defaults
 from cost_models.physics import TERM_UNITS, TERMS
 from cost_models.physics_file import model_ranges
 from cost_models.profiles import FORMAT
@@ -77,10 +78,12 @@ def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode
     specs = list({s.spec.name: s.spec for s in samples}.values())
     measured = sorted({t for s in samples for t in s.measured}, key=TERMS.index)
     launches = samples[0].layer_launches or samples[0].launches
+    coefficients, filled = fill_unmeasured(fit.coefficients, measured, samples[0].hardware.name)
     return {
         "format": FORMAT, "form": "physics", "name": name, "model": None,
         "hardware": samples[0].hardware.name, "mode": mode,
-        "coefficients": {t: sig4(v) for t, v in fit.coefficients.items()},
+        "coefficients": {t: sig4(v) for t, v in coefficients.items()},
+        "filled_terms": filled,
         "gemm_balance": sig4(fit.gemm_balance), "terms": TERM_UNITS,
         "gemm_tile_tokens": fit.gemm_tile_tokens,
         "launches": {"other": launches[0], "per_norm": launches[1], "mixed": launches[2],
@@ -96,6 +99,30 @@ def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode
         "leave_one_model_out": lomo, "train_errors": fit.train_errors,
         "step_time_range_s": [float(np.min([s.time_s.min() for s in samples if s.is_step])),
                               float(np.max([s.time_s.max() for s in samples if s.is_step]))]}
+
+
+# What prices a term every serving step has work for where no source timed it: the lm_head is a
+# GEMM over the vocabulary, the sampler's logits an elementwise pass, and attention is priced as the
+# roofline prices it on that GPU (its default efficiencies, as the Vidur table profiles do).
+_FILL = {"lm_head": ("gemm", "gemm's coefficient: the lm_head is a GEMM over the vocabulary"),
+         "logits": ("activation_traffic", "activation_traffic's coefficient: an elementwise pass"),
+         "prefill_attention": ("compute_efficiency", "1 / the roofline's default compute efficiency"),
+         "decode_kv_read": ("bandwidth_efficiency", "1 / the roofline's default bandwidth efficiency"),
+         "prefill_kv_read": ("bandwidth_efficiency", "1 / the roofline's default bandwidth efficiency")}
+
+
+def fill_unmeasured(coefficients: dict, measured: list[str], hardware: str) -> tuple[dict, dict]:
+    """The fitted coefficients with each _FILL term no source measured set by its rule, and
+    {term: how} for the file (physics_file.load_physics says so once)."""
+    defaults = roofline_defaults(hardware)
+    out, filled = dict(coefficients), {}
+    for term, (source, how) in _FILL.items():
+        if term in measured:
+            continue
+        out[term] = coefficients[source] if source in coefficients else 1 / defaults[source]
+        filled[term] = how + (f" for {hardware} (cost_models/catalog/roofline_defaults.json)"
+                              if source not in coefficients else "")
+    return out, filled
 
 
 def decode_skew_json(samples: list[PhysicsSamples]) -> dict:
