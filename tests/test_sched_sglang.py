@@ -146,6 +146,54 @@ def test_locked_prefix_is_not_evictable():
     kv.check_invariants()
 
 
+def test_a_prompt_is_cached_after_its_prefill_while_it_decodes():
+    """R3 (cache_unfinished_req): A's 8-token prompt goes into the tree when its prefill step
+    ends, locked by A; B, admitted while A decodes, matches both pages (its 12 tokens allow
+    two) and computes only its last page. Once A finishes its pages stay, now evictable."""
+    s = make_scheduler("sglang", num_gpu_blocks=11)
+    d = Driver(s)
+    a = Request(1, 0.0, 8, 3, prompt_token_ids=_ids(X0, X1))
+    d.add(a)
+    assert d.step() == {1: 8}
+    assert s.kv.num_tree_blocks == 2 and s.kv.num_evictable_blocks == 0   # locked by A
+    d.add(Request(2, 0.0, 12, 3, prompt_token_ids=_ids(X0, X1, Y1)))
+    assert d.step() == {2: 4}   # a prefill-only step (S4): B's last page alone
+    assert s.kv.num_hit_tokens == 8 and s.kv.num_tree_blocks == 3
+    s.kv.check_invariants()
+    d.run()
+    assert s.kv.num_tree_blocks >= 3 and s.kv.num_evictable_blocks == s.kv.num_tree_blocks
+    s.kv.check_invariants()
+
+
+def test_a_chunked_prompt_is_cached_chunk_by_chunk():
+    """R3 after each chunk (SGLang caches the chunked request before its next chunk): a 12-token
+    prompt whose first page is cached computes 4-token chunks, each page joining the tree."""
+    s = make_scheduler("sglang", num_gpu_blocks=11, chunked_prefill_size=4)
+    d = Driver(s)
+    _finish(s.kv, 9, _ids(X0, Y1))   # the tree holds X0 -> Y1
+    r = Request(1, 0.0, 12, 2, prompt_token_ids=_ids(X0, X1, Y1))
+    d.add(r)
+    assert d.step() == {1: 4}        # X0 hit (its 12 tokens allow two pages, only X0 is cached)
+    assert s.kv.num_tree_blocks == 3 and s.kv.num_evictable_blocks == 1   # X1 added, locked; Y1 free to evict
+    assert d.step() == {1: 4}
+    assert s.kv.num_tree_blocks == 4
+    s.kv.check_invariants()
+
+
+def test_a_page_two_prefills_computed_at_once_is_kept_once():
+    """R3: A and B, the same 8-token prompt, prefill in one step (neither can hit the other). A's
+    pages go into the tree; B's copies are duplicates, freed, and B locks A's: two pages freed."""
+    s = make_scheduler("sglang", num_gpu_blocks=11)
+    d = Driver(s)
+    d.add(Request(1, 0.0, 8, 3, prompt_token_ids=_ids(X0, X1)),
+          Request(2, 0.0, 8, 3, prompt_token_ids=_ids(X0, X1)))
+    free_before = s.kv.num_free_blocks
+    assert d.step() == {1: 8, 2: 8}
+    assert s.kv.num_tree_blocks == 2 and s.kv.num_evictable_blocks == 0
+    assert s.kv.num_free_blocks == free_before - 4 + 2   # 4 pages allocated, 2 kept
+    s.kv.check_invariants()
+
+
 def test_lpm_admits_the_longest_cached_prefix_first():
     """S9: with one seat, fcfs admits the first arrival; lpm the request whose 8 tokens are
     cached (it then computes only its last page)."""

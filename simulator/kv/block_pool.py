@@ -110,6 +110,10 @@ class KVCache:
     def free(self, request: Request) -> None:
         self.num_free_blocks += self._num_blocks.pop(request, 0)
 
+    def cache_unfinished(self, request: Request) -> None:
+        """A running request's computed pages offered to the prefix cache now (SGLang's
+        cache_unfinished_req): a pool without a radix tree keeps nothing."""
+
     def lookup_prefix(self, request: Request) -> int:
         """Tokens of the request's prompt already cached (0: see PrefixCachingKVCache)."""
         return 0

@@ -9,6 +9,9 @@ stored once (a duplicate page is freed at insertion, R3), cached pages live in t
 in a free queue, and eviction takes unlocked leaves in LRU order (R5), so a prefix is never evicted
 before the pages that extend it.
 
+A running request's prompt joins the tree after each of its prefill steps (cache_unfinished, R3),
+so a prompt is matched while it still decodes, as in SGLang.
+
 Pages are counted, not numbered: a request holds its locked matched path (tree nodes) plus
 ``num_blocks_of`` private pages that are not in the tree; the free pool is what neither holds.
 """
@@ -96,11 +99,14 @@ class RadixKVCache(KVCache):
         """inc_lock_ref on the matched path: its pages can no longer be evicted (R4)."""
         path = self._hits.pop(request, [])[:num_hit_tokens // self.block_size]
         for h in path:
-            node = self._nodes[h]
-            if node.lock_ref == 0:
-                self.num_evictable_blocks -= 1
-            node.lock_ref += 1
+            self._lock_node(h)
         self._paths[request] = path
+
+    def _lock_node(self, h: int) -> None:
+        node = self._nodes[h]
+        if node.lock_ref == 0:
+            self.num_evictable_blocks -= 1
+        node.lock_ref += 1
 
     def _unlock(self, path: list[int]) -> None:
         for h in path:
@@ -184,16 +190,46 @@ class RadixKVCache(KVCache):
         tick, taken, parent = next(self._clock), 0, None
         for index in range(full):   # from the root: the matched path is touched too
             h = self._hashes.hash_of(request, index)
-            node = self._nodes.get(h)
-            if node is None:
-                node = self._nodes[h] = _Node(parent, tick)
-                if parent is not None:
-                    self._nodes[parent].num_children += 1
-                self.num_evictable_blocks += 1
-                taken += 1
-            node.last_access = tick
+            taken += self._node_for(h, parent, tick)
             parent = h
         return taken
+
+    def cache_unfinished(self, request: Request) -> None:
+        """cache_unfinished_req (R3): after a prefill step, a running request's full computed
+        pages go into the tree, locked by it as its path grows; its copy of a page the tree
+        already had is freed (it reads the tree's)."""
+        path = self._paths.get(request)
+        if path is None or not self._hashes.knows_tokens(request):
+            return
+        private = self._num_blocks.get(request, 0)
+        start = len(path)
+        full = min(request.num_computed_tokens // self.block_size, start + private)
+        if full <= start:
+            return
+        tick, parent = next(self._clock), None
+        for index in range(full):   # from the root, as _insert
+            h = self._hashes.hash_of(request, index)
+            made = self._node_for(h, parent, tick)
+            if index >= start:
+                if not made:
+                    self.num_free_blocks += 1   # a duplicate: the request's own page is freed
+                self._lock_node(h)
+                path.append(h)
+                private -= 1
+            parent = h
+        self._num_blocks[request] = private
+
+    def _node_for(self, h: int, parent: int | None, tick: int) -> bool:
+        """Touch the tree's page ``h``, made (unlocked, under ``parent``) if absent; True if made."""
+        node = self._nodes.get(h)
+        made = node is None
+        if made:
+            node = self._nodes[h] = _Node(parent, tick)
+            if parent is not None:
+                self._nodes[parent].num_children += 1
+            self.num_evictable_blocks += 1
+        node.last_access = tick
+        return made
 
     def dfs_weight_order(self, requests: list[Request]) -> list[int]:
         """SGLang's dfs-weight order (S9): each request sits at its last matched page (after

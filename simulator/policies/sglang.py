@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from cost_models.options import Constraint
 from simulator.core import rules
 from simulator.core.batch import Batch
-from simulator.core.request import Request
+from simulator.core.request import Request, RequestStatus
 from simulator.kv.radix_cache import RadixKVCache
 from simulator.policies.base import Scheduler, SchedulerError
 from simulator.policies.options import (Bool, Fraction, NonNegativeFloat, PositiveInt,
@@ -108,6 +108,16 @@ class SglangScheduler(Scheduler):
         elif not self._schedule_prefill(batch, now_s, 0) and decoders:
             self._schedule_decodes(batch, decoders, decay=True)
         return batch
+
+    def update_from_output(self, batch: Batch, now_s: float) -> list[Request]:
+        """The step's end (rule 1.3); then each prefill row still running offers its computed
+        pages to the radix tree (R3: cache_unfinished_req after a prefill batch, chunks too)."""
+        finished = super().update_from_output(batch, now_s)
+        running = RequestStatus.RUNNING
+        for request, n, context in zip(batch.requests, batch.new_tokens, batch.context_tokens):
+            if request.status is running and (context < request.num_prompt_tokens or n > 1):
+                self.kv.cache_unfinished(request)
+        return finished
 
     # -- prefill: PrefillAdder (S5) -----------------------------------------------------------
     def _schedule_prefill(self, batch: Batch, now_s: float, num_mixed: int) -> bool:
