@@ -50,6 +50,13 @@ def test_vllm_splits_layers_evenly_and_gives_the_remainder_to_the_stages_before_
         stage_layers(4, 5)
 
 
+def test_a_pipelined_run_is_validated_with_async_scheduling_off():
+    from simulator.validate.engine_settings import resolve_async_scheduling
+    assert resolve_async_scheduling("auto", {"async_scheduling": True}, None, 2) == (
+        False, "derived", "vLLM's V1 model runner turns it off under pipeline parallelism")
+    assert resolve_async_scheduling("auto", {"async_scheduling": True}, None, 1)[0] is True
+
+
 def test_the_batch_queue_holds_one_batch_per_stage():
     # Rule P3: vLLM's max_concurrent_batches (V1 model runner).
     assert [max_concurrent_batches(pp, False) for pp in (1, 2, 4)] == [1, 2, 4]
@@ -166,6 +173,10 @@ def test_a_pipelined_run_overlaps_its_steps_and_finishes_every_request(tmp_path)
     ("{pipeline_parallel_size: 33}", "vllm_v1",
      "error: engine.pipeline_parallel_size: 33 exceeds the model's 32 layers"),
     ("{pipeline_parallel_size: 0}", "vllm_v1", "error: engine.pipeline_parallel_size: 0"),
+    # Rule P3: vLLM's V1 model runner turns async scheduling off under pipeline parallelism.
+    ("{pipeline_parallel_size: 2}", "vllm_v1, async_scheduling: true",
+     "error: schedulers.vllm_v1.async_scheduling: true is not modelled with engine.pipeline_parallel_size 2 "
+     "(vLLM's V1 model runner turns it off there); allowed: false or unset"),
 ])
 def test_pipeline_parallelism_outside_its_rules_is_refused_in_one_line(tmp_path, engine, preset, message):
     result = CliRunner().invoke(main, ["run", _scenario(tmp_path, engine, preset), "--no-plots",

@@ -215,7 +215,7 @@ def scenarios(draw, preset: str, trace_dir) -> tuple[dict, str]:
         raw["engine"] = {k: v for k, v in engine.items() if k not in ("num_gpu_blocks", "num_replicas")}
     # Pipeline stages where they are modelled (docs/pipeline-parallel-semantics.md): a batch in
     # flight per stage, so decodes, chunks and arrivals interleave across in-flight batches.
-    elif ("speculative" not in engine and model == "llama-2-7b"
+    elif ("speculative" not in engine and model == "llama-2-7b" and not entry.get("async_scheduling")
           and get_preset(preset).cls.supports_pipeline_parallel):
         engine["pipeline_parallel_size"] = draw(st.sampled_from([1, 1, 2, 3]))
     return raw, text

@@ -259,11 +259,13 @@ def test_validate_llmservingsim_run_end_to_end(tmp_path):
     assert report["run"]["num_requests"] == 300 and report["simulated_summary"]["completed"] == 300
     # Every engine argument says where it came from: this run's meta.json has engine_kwargs only.
     settings = {n.split()[0]: n.strip() for n in report["notes"] if n.startswith("  ")}
-    assert set(settings) == {"model", "hardware", "tensor_parallel_size", "data_parallel_size", "block_size",
+    assert set(settings) == {"model", "hardware", "tensor_parallel_size", "pipeline_parallel_size",
+                             "data_parallel_size", "block_size",
                              "num_gpu_blocks", "gpu_memory_utilization", "max_model_len", "dtype",
                              "kv_cache_dtype", "quantization", "max_num_seqs", "max_num_batched_tokens",
                              "enable_chunked_prefill", "enable_prefix_caching", "async_scheduling"}
     assert settings["max_num_seqs"] == "max_num_seqs 128: recorded (meta.json engine_kwargs.max_num_seqs)"
+    assert settings["pipeline_parallel_size"] == "pipeline_parallel_size 1: derived (not recorded: vLLM's default)"
     assert settings["num_gpu_blocks"] == ("num_gpu_blocks 37112: derived (not recorded: from GPU memory at "
                                           "gpu_memory_utilization 0.92, per engine)")
     assert settings["async_scheduling"] == "async_scheduling true: derived (not recorded: vLLM 0.19.0's default)"

@@ -181,6 +181,10 @@ def _check_pipeline(scenario: Scenario, runs: list[PreparedRun]) -> None:
         if not run.scheduler_cls.supports_pipeline_parallel:
             raise ScenarioError(f"engine.pipeline_parallel_size: {pp} is modelled for vllm_v1's batch "
                                 f"queue only; scheduler {run.label} ({run.options.preset}) allows 1")
+        if getattr(run.options, "async_scheduling", None):
+            raise ScenarioError(f"schedulers.{run.label}.async_scheduling: true is not modelled with "
+                                f"engine.pipeline_parallel_size {pp} (vLLM's V1 model runner turns it "
+                                f"off there); allowed: false or unset")
 
 
 def _with_pools(scenario: Scenario, model: ModelSpec, hardware: HardwareSpec,

@@ -231,8 +231,9 @@ def scheduler_section(measured: MeasuredRun, options: RebuildOptions, name: str)
     for s in settings:
         if s.value is not None:
             scheduler[s.name] = s.value
+    pp = choose(record, "pipeline_parallel_size", default=1, why="vLLM's default").value
     value, how, where = resolve_async_scheduling(options.async_scheduling, measured.engine_args,
-                                                 measured.engine_sources)
+                                                 measured.engine_sources, pp)
     if value is not None:
         scheduler["async_scheduling"] = value
     return scheduler, settings + [Setting("async_scheduling", "unset" if value is None else value, how, where)]
@@ -266,11 +267,13 @@ def _shown(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def resolve_async_scheduling(mode: str, engine: dict[str, Any],
-                             sources: dict[str, str] | None = None) -> tuple[bool | None, str, str]:
+def resolve_async_scheduling(mode: str, engine: dict[str, Any], sources: dict[str, str] | None = None,
+                             pipeline_parallel_size: int = 1) -> tuple[bool | None, str, str]:
     """(value, how, where): ``auto`` follows what the recorded vLLM would have done."""
     if mode in ("on", "off"):
         return mode == "on", "given", "--async-scheduling"
+    if pipeline_parallel_size > 1:   # docs/pipeline-parallel-semantics.md, rule P3
+        return False, "derived", "vLLM's V1 model runner turns it off under pipeline parallelism"
     if engine.get("async_scheduling") is not None:
         where = (sources or {}).get("async_scheduling", "engine args")
         return bool(engine["async_scheduling"]), "recorded", where
