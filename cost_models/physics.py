@@ -14,8 +14,9 @@ never measured from its config alone.
   compute-bound at many; ``gemm_balance`` (the one non-linear parameter: compute over bandwidth
   efficiency) places each group's knee, which moves with the group's shape; the FLOPs count the
   tokens rounded up to whole GEMM tiles (``gemm_tile_tokens``, 1 for none).
-- ``activation_traffic``: the hidden-state and activation bytes of each token through each layer
-  (norms, residual adds, RoPE, the MLP activation).
+- ``activation_traffic``: the bytes each token moves through each layer's elementwise kernels
+  (norms, residual adds, RoPE, the MLP activation), counted for the engine's kernels
+  (``elementwise_elements_per_token``).
 - ``prefill_attention``: causal (query, key) pairs of the prefill chunks, FLOPs at peak.
 - ``decode_kv_read`` / ``prefill_kv_read``: K and V bytes the decodes read over their context, and
   the prefills over their cached context.
@@ -180,7 +181,7 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
     return PhysicsWork(
         groups=groups,
         lm_head=(2 * hidden * vocab / tp / flops, hidden * vocab * b / tp / bandwidth),
-        activation_s_per_token=layers * b * _activation_elements_per_token(spec, tp) / bandwidth,
+        activation_s_per_token=layers * b * elementwise_elements_per_token(spec, tp, launches) / bandwidth,
         attention_s_per_pair=2 * 2 * spec.q_size * layers / tp / flops,
         kv_s_per_token=spec.kv_bytes_per_token(tp) / bandwidth,
         logit_s_per_row=2 * vocab * LOGIT_BYTES / tp / bandwidth,
@@ -189,6 +190,27 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
         gemm_tile_tokens=gemm_tile_tokens, wave_heads=spec.num_attention_heads // tp,
         sm_count=hardware.sm_count, router=group_of(router, router), expert=group_of(expert, expert),
         num_experts=spec.num_experts, top_k=spec.num_experts_per_tok)
+
+
+def elementwise_elements_per_token(spec: ModelSpec, tp: int, launches: tuple[int, int, int]) -> float:
+    """Activation elements one token moves through one layer's elementwise kernels on one rank.
+
+    An engine of fused kernels (one launch a norm: vLLM) is counted kernel by kernel: two fused
+    add + RMSNorms read the hidden state and the residual and write both, RoPE and the QK-norm
+    rewrite q and k in place, SiLU-and-mul reads the gate and up halves and writes their product
+    (an MoE model's per routed expert, plus the router's logits). The projections' own inputs and
+    outputs are the GEMM kernels' traffic, in ``gemm``. The harness's chain of unfused kernels keeps
+    the roofline's coarser count (cost_models/roofline.py), which its timings fit better than a
+    kernel-by-kernel count of the 8-kernel norms (cost_models/profiles/README.md).
+    """
+    if launches[1] != 1:
+        return _activation_elements_per_token(spec, tp)
+    heads = spec.q_size + spec.kv_size
+    if spec.is_moe:
+        mlp = spec.num_experts_per_tok * 3 * spec.moe_intermediate_size + spec.num_experts
+    else:
+        mlp = (3 if spec.mlp_kind == "swiglu" else 2) * spec.intermediate_size
+    return 8 * spec.hidden_size + (2 * heads * (2 if spec.qk_norm else 1) + mlp) / tp
 
 
 def coefficient_vector(coefficients: dict) -> np.ndarray:

@@ -14,7 +14,8 @@ from cost_models.batch_shape import BatchShape
 from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.model_spec import ModelSpec, load_model
-from cost_models.physics import TERMS, PhysicsCostModel, physics_work
+from cost_models.launches import HARNESS_LAUNCHES, VLLM_LAUNCHES
+from cost_models.physics import TERMS, PhysicsCostModel, elementwise_elements_per_token, physics_work
 from cost_models.profiles import PROFILES_DIR
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
@@ -42,6 +43,19 @@ def test_features_of_a_tiny_model_by_hand():
     features = physics_work(TINY, UNIT_GPU).features(MIXED.work_counts, 1.0)
     assert features.tolist() == [1.0, 6912.0, 2784.0, 576.0, 192.0, 96.0, 86.0, 4.0, 320.0, 160.0, 384.0, 0.0,
                                  0.0, 86.0]
+
+
+def test_fused_kernels_count_only_their_own_traffic():
+    # vLLM's kernels (one launch a norm): two fused add + RMSNorms 4 x 8 each, RoPE on q and k
+    # 2 x (8 + 4), SiLU-and-mul 3 x 16: 136 elements, x 2 bytes x 2 layers x 3 tokens = 1632 (the
+    # harness's coarser count above: 2784). QK-norm rewrites q and k once more: 160 -> 1920; at
+    # TP 2 the per-rank q, k and MLP halve, the hidden state does not: 64 + 24 / 2 + 48 / 2 = 100.
+    index = TERMS.index("activation_traffic")
+    assert physics_work(TINY, UNIT_GPU, launches=VLLM_LAUNCHES).features(MIXED.work_counts, 1.0)[index] == 1632.0
+    qk = dataclasses.replace(TINY, qk_norm=True)
+    assert physics_work(qk, UNIT_GPU, launches=VLLM_LAUNCHES).features(MIXED.work_counts, 1.0)[index] == 1920.0
+    assert elementwise_elements_per_token(TINY, 2, VLLM_LAUNCHES) == 100.0
+    assert elementwise_elements_per_token(TINY, 1, HARNESS_LAUNCHES) == 232.0
 
 
 TINY_MOE = dataclasses.replace(TINY, name="tiny-moe", num_experts=4, num_experts_per_tok=2, moe_intermediate_size=4)
