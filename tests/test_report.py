@@ -127,7 +127,8 @@ def test_engine_series_are_the_steps_decimated_to_a_bounded_size(run_report):
         end_s = np.array(floats(steps, "end_s"))
         for column in ("num_running", "num_waiting", "kv_usage"):
             t, y = envelope(end_s, np.array(floats(steps, column)), report_data.SERIES_POINTS)
-            series = run["series"][column]
+            [series] = run["series"][column]   # one replica: one line
+            assert series["name"] == ""
             assert (series["t"], series["y"]) == (t.tolist(), y.tolist()), (run["label"], column)
             assert len(series["t"]) <= report_data.SERIES_POINTS
             assert (series["t"][0], series["t"][-1]) == (end_s[0], end_s[-1])
@@ -240,3 +241,21 @@ def test_parquet_run_folder_reports_like_csv(tmp_path):
     requests = pd.read_parquet(toy / "orca" / "requests.parquet")
     assert [r["label"] for r in data["runs"]] == ["orca", "static"]
     assert data["runs"][0]["cdfs"]["e2el_ms"]["x"] == sorted(requests["e2el_ms"].tolist())
+
+
+def test_a_run_of_several_replicas_draws_a_line_per_replica(tmp_path):
+    # Three replicas: each engine series is three lines, each replica's own steps decimated,
+    # named as the PNG plots name them (summary.json's replicas).
+    out = tmp_path / "routed"
+    assert cli("run", str(SCENARIOS / "toy_unit.yaml"), "--set", "engine.num_replicas=3",
+               "--scheduler", "orca", "-o", str(out), "--no-plots").exit_code == 0
+    [run] = report_data.report_data(out)["runs"]
+    steps = read_csv(out / "orca" / "steps.csv")
+    for column in ("num_running", "num_waiting", "kv_usage"):
+        lines = run["series"][column]
+        assert [line["name"] for line in lines] == ["replica 0", "replica 1", "replica 2"]
+        for index, line in enumerate(lines):
+            mine = [row for row in steps if int(row["replica"]) == index]
+            t, y = envelope(np.array(floats(mine, "end_s")), np.array(floats(mine, column)),
+                            report_data.SERIES_POINTS)
+            assert (line["t"], line["y"]) == (t.tolist(), y.tolist())

@@ -2,7 +2,8 @@
 
 - a run folder (``<scheduler>/summary.json`` with ``requests.csv`` or ``.parquet``, as `servesim
   run` writes; or DIR itself being one): per scheduler its summary, latency CDFs (TTFT, TPOT,
-  E2EL) and engine series (running, waiting, KV usage over step end times), both decimated
+  E2EL) and engine series (running, waiting, KV usage over step end times; a line per replica
+  where the run has several, as the PNG plots draw them), both decimated
   (``simulator/results/decimate.py``) so the page's size is bounded whatever the run's length;
 - a sweep folder (``sweep.csv``, ``sweep.json``): throughput-vs-latency curves per series, each
   point the mean over seeds with its 95% half-width and labelled by its load (rate or
@@ -21,8 +22,10 @@ import numpy as np
 
 from simulator.plots.curves import PANELS, X_METRIC, sweep_curves
 from simulator.plots.result_dir import sweep_meta
+from simulator.plots.run_series import STEP_COLUMNS, engine_state_series, run_series_from_columns
 from simulator.results import load
 from simulator.results.decimate import cdf_points, envelope
+from simulator.results.columns import REPLICA
 from simulator.results.files import FORMATS, REQUESTS, SUMMARY_JSON
 from simulator.sweep.stats import mean_ci95, point_label, short_key, to_float
 from simulator.sweep.table import SWEEP_CSV, read_sweep_csv
@@ -83,15 +86,24 @@ def run_data(folder: Path) -> dict:
         values = requests[column].to_numpy(dtype=np.float64)
         x, y = cdf_points(values[np.isfinite(values)], CDF_POINTS)
         cdfs[column] = {"x": x.tolist(), "y": y.tolist()}
-    series = {}
-    end_s = steps["end_s"].to_numpy(dtype=np.float64)
-    for column, _ in ENGINE_SERIES:
-        t, y = envelope(end_s, steps[column].to_numpy(), SERIES_POINTS)
-        series[column] = {"t": t.tolist(), "y": y.tolist()}
+    series = {column: [] for column, _ in ENGINE_SERIES}
+    for name, line in _engine_lines(folder.name, steps, results.summary):
+        for column, _ in ENGINE_SERIES:
+            t, y = envelope(line.step_end_s, getattr(line, column), SERIES_POINTS)
+            series[column].append({"name": name, "t": t.tolist(), "y": y.tolist()})
     # Scalars only: a summary saved with per-request lists (--save-detailed) would grow the page.
     summary = {k: v for k, v in results.summary.items() if not isinstance(v, (list, dict))}
     return {"label": folder.name, "summary": json_safe(summary), "cdfs": json_safe(cdfs),
             "series": json_safe(series), "num_steps": len(steps), "num_requests": len(requests)}
+
+
+def _engine_lines(label: str, steps, summary: dict) -> list:
+    """(name, RunSeries) of each engine-state line: the run's steps (name ""), or each replica's
+    where the run has several, as the PNG plots draw them (``engine_state_series``)."""
+    columns = {c: steps[c].to_numpy() for c in (*STEP_COLUMNS, REPLICA) if c in steps}
+    run = run_series_from_columns(label, {}, columns, summary.get("replicas") or [])
+    lines = engine_state_series([run])
+    return [("" if line is run else line.label, line) for line in lines]
 
 
 def sweep_data(result_dir: Path) -> dict | None:

@@ -6,6 +6,7 @@
   // The SVG namespace, taken from an element the HTML parser made (no URL written in the page).
   const SVG_NS = (() => { const d = document.createElement("div"); d.innerHTML = "<svg></svg>"; return d.firstChild.namespaceURI; })();
   const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+  const DASHES = ["", "6 3", "2 2", "8 3 2 3", "1 3"];   // replicas of one run among several
   const W = 640, H = 300, M = { l: 64, r: 16, t: 14, b: 44 };
   const tip = document.getElementById("tip");
   let clipCount = 0;   // each chart's clip path needs its own id
@@ -139,7 +140,7 @@
           d += !d ? `M${px},${py}` : o.step ? `H${px}V${py}` : `L${px},${py}`;
           pts.push({ s, i, px: +px, py: +py });
         });
-        svg("path", { d, stroke: s.color, class: "line" }, plot);
+        svg("path", Object.assign({ d, stroke: s.color, class: "line" }, s.dash ? { "stroke-dasharray": s.dash } : {}), plot);
         if (o.markers) for (const p of pts) {
           const ci = s.yci && s.yci[p.i];
           if (ci) svg("line", { x1: p.px, x2: p.px, y1: Y(Math.max(s.y[p.i] - ci, yr[0])), y2: Y(s.y[p.i] + ci), stroke: s.color, class: "ci" }, plot);
@@ -211,8 +212,14 @@
     const series = (pick, xs, ys) => runs.map((r, i) => ({ key: r.label, label: r.label, color: items[i].color, x: pick(r)[xs], y: pick(r)[ys] }));
     for (const [col, name] of DATA.latencies)
       chart(grid, { title: `${name.split(" (")[0]} CDF`, xlabel: name, ylabel: "fraction of requests", xlog: "auto", xzero: false, yrange: [0, 1.02], hover: "nearest", series: series(r => r.cdfs[col], "x", "y") }, group);
+    // One line per replica where a run has several: a colour each when the page shows one run,
+    // else the run's colour with a dash pattern per replica (hover names every line).
+    const engineLines = col => runs.flatMap((r, i) => r.series[col].map((line, j) => ({
+      key: r.label, label: line.name ? `${r.label}: ${line.name}` : r.label,
+      color: runs.length === 1 ? COLORS[j % COLORS.length] : items[i].color,
+      dash: runs.length === 1 ? "" : DASHES[j % DASHES.length], x: line.t, y: line.y })));
     for (const [col, name] of DATA.engine_series)
-      chart(grid, { title: `${name} over time`, xlabel: "time (s)", ylabel: name, step: true, hover: "x", series: series(r => r.series[col], "t", "y") }, group);
+      chart(grid, { title: `${name} over time`, xlabel: "time (s)", ylabel: name, step: true, hover: "x", series: engineLines(col) }, group);
   }
 
   function sweepSection() {
