@@ -43,8 +43,7 @@ def test_rtx_pro_6000_llama_run_is_within_the_issue_bound(errors_pct, metric):
 
 # Issue 18: the physics model of that GPU (cost_models/profiles/physics-rtx-pro-6000-kernels.json,
 # fitted on the kernel sums of Llama-3.1-8B, Qwen3-32B and Qwen3-30B-A3B, nothing of this run).
-# The acceptance asks 3% on the three means; measured when written: TTFT +1.1%, TPOT +0.7%, E2E
-# +0.7% (cost_models/profiles/README.md).
+# The acceptance asks 3% on the three means (the figures: cost_models/profiles/README.md).
 PHYSICS_BOUNDS_PCT = {"mean_ttft_ms": 3.0, "mean_tpot_ms": 3.0, "mean_e2el_ms": 3.0}
 
 

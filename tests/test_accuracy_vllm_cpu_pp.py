@@ -8,7 +8,7 @@ The cost model is fitted on the same server at one stage (the PP=1 run's log), s
 vLLM's logged ``elapsed_ms`` is how long the engine waited for a batch, not what the batch cost.
 Composition is compared in counts that do not depend on naming: sequences and tokens per step
 (vLLM counts a prompt's 1-token last chunk as a context request, servesim's step log as a decode).
-Timings are not asserted (README: c4 is within 1%, c1's TPOT is not).
+Timings are not asserted (tests/data/vllm-cpu-pp/README.md: c4 is close, c1's TPOT is not).
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ class Pipeline:
         """(start, end) of a batch scheduled at ``scheduled_s``: when it enters the first stage and
         when it leaves the last. Batches must be passed in the order they were scheduled."""
         stage_s = self.stages.stage_time_s(shape)
-        send_s = self.stages.send_s(shape) if self.num_stages > 1 else 0.0
+        send_s = self.stages.send_s(shape)
         free_s = self.free_s
         start_s = at_s = scheduled_s if scheduled_s > free_s[0] else free_s[0]
         for s in range(self.num_stages):

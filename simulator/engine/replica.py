@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import simpy
 
 from cost_models.base import StepCostModel
+from simulator.engine.pipeline import Pipeline
 from simulator.policies.base import Scheduler
 
 
@@ -18,7 +19,7 @@ class Replica:
     cost_model: StepCostModel | None = None
     pool: str = ""                       # P/D: "prefill" or "decode"; "" co-located
     num_transfers: int = 0               # P/D: KV pulls to or from it not yet done
-    pipeline: object = None              # its stages (engine/pipeline.py): when each step ends
+    pipeline: Pipeline | None = None     # its stages: when each step ends
 
     def notify(self) -> None:
         if self.wakeup is not None and not self.wakeup.triggered:

@@ -106,7 +106,7 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
     """The scenario's ``engine`` block and its knobs (a derived count is None until ``resolved``)."""
     record = record_of(measured)
     model = load_model(options.model)
-    pp = choose(record, "pipeline_parallel_size", default=1, why="vLLM's default")
+    pp = _pipeline_parallel(record)
     tp = choose(record, "tensor_parallel_size", default=1, why="vLLM's default")
     dp = choose(record, "data_parallel_size", default=1, why="vLLM's default, one engine")
     block = block_size_setting(measured)
@@ -136,6 +136,12 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
     if quantization.value is not None:
         engine["quantization"] = quantization.value
     return engine, [tp, pp, _replicas_note(dp), block, blocks, util, max_len, dtype, kv, quantization]
+
+
+def _pipeline_parallel(record) -> Setting:
+    """The run's pipeline stages: the engine block carries them, the scheduler's async default
+    follows them (rule P3)."""
+    return choose(record, "pipeline_parallel_size", default=1, why="vLLM's default")
 
 
 def block_size_setting(measured: MeasuredRun) -> Setting:
@@ -231,7 +237,7 @@ def scheduler_section(measured: MeasuredRun, options: RebuildOptions, name: str)
     for s in settings:
         if s.value is not None:
             scheduler[s.name] = s.value
-    pp = choose(record, "pipeline_parallel_size", default=1, why="vLLM's default").value
+    pp = _pipeline_parallel(record).value
     value, how, where = resolve_async_scheduling(options.async_scheduling, measured.engine_args,
                                                  measured.engine_sources, pp)
     if value is not None:
