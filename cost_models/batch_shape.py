@@ -177,3 +177,15 @@ def work_counts_of(new: list[int], ctx: list[int], samples: list[bool],
     pairs = float(new_ctx) + (float(new_new) + tokens) / 2 - decode_ctx - num_decodes
     return (tokens + rows, decode_ctx + rows_ctx, num_decodes + rows, pairs, ctx_sum - decode_ctx,
             num_seqs - num_decodes, num_sampled, num_seqs + rows)
+
+
+def prefill_pairs_at_tile(new: list[int], ctx: list[int], tile: int) -> float:
+    """The (query, key) pairs an attention kernel computes for a step's prefill chunks when it takes
+    the queries in tiles of ``tile`` rows: each tile's rows attend over the keys up to its last
+    row's, padded rows included. Tile 1 gives the causal pairs of work_counts_of."""
+    pairs = 0
+    for n, c in zip(new, ctx):
+        if n > 1:
+            tiles = -(-n // tile)
+            pairs += tile * (tiles * c + tile * tiles * (tiles - 1) // 2 + n)
+    return float(pairs)

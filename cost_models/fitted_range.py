@@ -64,12 +64,16 @@ class PricedByCounts:
     decode_skew = 0.0
 
     def step_time_s(self, shape: BatchShape) -> float:
-        counts = step_counts(shape)
+        counts = self._step_counts(shape)
         if not self._warned[0]:
             self.fitted_range.warn_once(self.name, shape, counts, self._warned)
         if self.decode_skew and counts[2] > 1:
             return self._skewed_time_s(counts, shape.longest_decode_context)
         return self._time_s(counts)
+
+    def _step_counts(self, shape: BatchShape) -> tuple:
+        """The counts the form prices ``shape`` by (step_counts; a form may count more finely)."""
+        return step_counts(shape)
 
     def _skewed_time_s(self, counts: tuple, longest: int) -> float:
         """_time_s of a step whose decodes differ in context: the skew rule over its decode context."""

@@ -1,5 +1,6 @@
 """Kernel launches per decoder layer of an engine: what a step's fixed cost per layer counts
-(the physics model's ``layer_launch``, the roofline's ``launch_s``)."""
+(the physics model's ``layer_launch``, the roofline's ``launch_s``); and the query tile of its
+prefill attention kernel (the physics model's ``prefill_attention``)."""
 from __future__ import annotations
 
 from cost_models.model_spec import ModelSpec
@@ -14,6 +15,13 @@ HARNESS_LAUNCHES = (22, 8, 5)
 # gate_up 1, SiLU-and-mul 1, down 1 = 8; one (fused add +) RMSNorm 1; a mixed batch is one
 # variable-length attention call.
 VLLM_LAUNCHES = (8, 1, 0)
+# Query rows of one tile of the engine's prefill attention kernel: each tile attends over the keys
+# up to its last row, padding included, so a short chunk at a long context costs a whole tile a
+# query head. The harness's torch SDPA runs FlashAttention 2's forward kernel (head dim 128 on
+# sm80 / sm90: kBlockM 128, flash_fwd_launch_template.h); vLLM's paged KV cache sends prefills to
+# FlashAttention 2's split-KV kernel (kBlockM 64). Vidur's profiles are priced as vLLM's.
+HARNESS_QUERY_TILE = 128
+VLLM_QUERY_TILE = 64
 
 
 def launches_per_layer(spec: ModelSpec, launches: tuple[int, int, int]) -> int:

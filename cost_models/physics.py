@@ -17,9 +17,14 @@ never measured from its config alone.
 - ``activation_traffic``: the bytes each token moves through each layer's elementwise kernels
   (norms, residual adds, RoPE, the MLP activation), counted for the engine's kernels
   (``elementwise_elements_per_token``).
-- ``prefill_attention``: causal (query, key) pairs of the prefill chunks, FLOPs at peak.
-- ``decode_kv_read`` / ``prefill_kv_read``: K and V bytes the decodes read over their context, and
-  the prefills over their cached context.
+- ``prefill_attention``: (query, key) pairs of the prefill chunks, FLOPs at peak, as the engine's
+  kernel computes them: the queries in whole tiles of ``attention_query_tile`` rows, each tile over
+  the keys up to its last row (``physics_counts``; 1: the causal pairs).
+- ``decode_kv_read``: K and V bytes the decodes read over their context.
+- ``prefill_kv_read``: K and V bytes the prefills read over their cached context, once per query
+  head: a FlashAttention prefill gives each (query tile, query head) its own CTA, which walks its KV
+  head's keys and values, so the heads of a group do not share the read as a decode kernel's do
+  (counted per KV head, the fit put it at 7-10x the datasheet's time: cost_models/profiles/README.md).
 - ``layer_launch``: every kernel of every layer (launches_per_layer, from the engine's own kernel
   count): under CUDA graphs the device's least time per kernel, which a batch-1 decode pays ~1,200
   times.
@@ -58,9 +63,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cost_models.batch_shape import BatchShape, prefill_pairs_at_tile
 from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
 from cost_models.launches import HARNESS_LAUNCHES, launches_per_layer
-from cost_models.fitted_range import FittedRange, PricedByCounts
+from cost_models.fitted_range import FittedRange, PricedByCounts, step_counts
 from cost_models.hardware import HardwareSpec
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
@@ -102,6 +108,7 @@ class PhysicsWork:
     activation_s_per_token: float
     attention_s_per_pair: float
     kv_s_per_token: float
+    prefill_kv_s_per_token: float   # the same per query head (prefill_kv_read)
     logit_s_per_row: float
     num_layers: int
     launches_per_layer: float
@@ -135,7 +142,7 @@ class PhysicsWork:
         mixed = (num_prefills > 0) * (num_decodes > 0)
         launches = (self.launches_per_layer + self.mixed_launches_per_layer * mixed) * layers
         return [1.0, gemm, self.activation_s_per_token * tokens, self.attention_s_per_pair * pairs,
-                self.kv_s_per_token * (decode_ctx + num_decodes), self.kv_s_per_token * prefill_ctx,
+                self.kv_s_per_token * (decode_ctx + num_decodes), self.prefill_kv_s_per_token * prefill_ctx,
                 launches, layers * num_seqs, lm_head, self.logit_s_per_row * num_sampled,
                 self.attention_s_per_pair * (decode_ctx + num_decodes) * (num_prefills > 0),
                 self.decode_waves(num_decodes, decode_ctx, maximum) * (num_prefills > 0) * layers,
@@ -184,12 +191,29 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
         activation_s_per_token=layers * b * elementwise_elements_per_token(spec, tp, launches) / bandwidth,
         attention_s_per_pair=2 * 2 * spec.q_size * layers / tp / flops,
         kv_s_per_token=spec.kv_bytes_per_token(tp) / bandwidth,
+        prefill_kv_s_per_token=spec.kv_bytes_per_token(tp) * query_heads_per_kv_head(spec, tp) / bandwidth,
         logit_s_per_row=2 * vocab * LOGIT_BYTES / tp / bandwidth,
         num_layers=layers, launches_per_layer=launches_per_layer(spec, launches),
         mixed_launches_per_layer=launches[2],
         gemm_tile_tokens=gemm_tile_tokens, wave_heads=spec.num_attention_heads // tp,
         sm_count=hardware.sm_count, router=group_of(router, router), expert=group_of(expert, expert),
         num_experts=spec.num_experts, top_k=spec.num_experts_per_tok)
+
+
+def physics_counts(shape: BatchShape, attention_query_tile: int) -> tuple:
+    """step_counts of ``shape`` with its prefill pairs as a kernel of ``attention_query_tile``
+    query rows a tile computes them (prefill_pairs_at_tile): what the physics features read."""
+    counts = step_counts(shape)
+    if attention_query_tile == 1 or not counts[5]:
+        return counts
+    pairs = prefill_pairs_at_tile(shape.new_tokens.tolist(), shape.context_tokens.tolist(), attention_query_tile)
+    return (*counts[:3], pairs, *counts[4:])
+
+
+def query_heads_per_kv_head(spec: ModelSpec, tp: int) -> float:
+    """Query heads that share one KV head on a rank (KV heads are split across ranks, at least one
+    a rank, as ModelSpec.kv_bytes_per_token counts them)."""
+    return spec.num_attention_heads / tp / max(1, spec.num_kv_heads // tp)
 
 
 def elementwise_elements_per_token(spec: ModelSpec, tp: int, launches: tuple[int, int, int]) -> float:
@@ -238,6 +262,7 @@ class PhysicsCostModel(PricedByCounts):
     launches: tuple[int, int, int] = HARNESS_LAUNCHES   # the engine's kernels (launches_per_layer)
     gemm_tile_tokens: int = 1
     decode_skew: float = 0.0   # alpha of unequal decode contexts, as measured (cost_models/decode_skew.py)
+    attention_query_tile: int = 1   # query rows a tile of the engine's prefill attention (physics_counts)
     _work: PhysicsWork = field(init=False, repr=False, compare=False)
     _coef: np.ndarray = field(init=False, repr=False, compare=False)
     _allreduce: tuple = field(init=False, repr=False, compare=False)
@@ -259,6 +284,9 @@ class PhysicsCostModel(PricedByCounts):
         if isinstance(self.decode_skew, bool) or not isinstance(self.decode_skew, (int, float)) \
                 or not 0 <= self.decode_skew <= 1:
             raise ValueError(f"decode_skew: {self.decode_skew!r} is not a number from 0 to 1")
+        if isinstance(self.attention_query_tile, bool) or not isinstance(self.attention_query_tile, int) \
+                or self.attention_query_tile < 1:
+            raise ValueError(f"attention_query_tile: {self.attention_query_tile!r} is not a whole number of rows >= 1")
         if self.coefficients["mixed_decode_waves"] > 0 and self.hardware.sm_count is None:
             raise ValueError(f"hardware.sm_count: unknown for {self.hardware.name!r}; the physics term "
                              f"mixed_decode_waves needs it (give sm_count in an inline spec)")
@@ -273,6 +301,9 @@ class PhysicsCostModel(PricedByCounts):
     def step_overhead_s(self) -> float:
         """The per-step CPU time (what every pipeline stage pays: cost_models/pipeline.py)."""
         return self.coefficients["step_overhead"]
+
+    def _step_counts(self, shape: BatchShape) -> tuple:
+        return physics_counts(shape, self.attention_query_tile)
 
     def _time_s(self, counts: tuple) -> float:
         time_s = float(step_time_of(self._coef, self._work.features(counts, self.gemm_balance)))

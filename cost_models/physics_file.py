@@ -2,7 +2,7 @@
 their leave-one-model-out error; and the checks that warn when a scenario leaves that ground.
 
     {"format": ..., "form": "physics", "name", "hardware", "mode", "model": null,
-     "coefficients": {TERM: value}, "gemm_balance", "gemm_tile_tokens",
+     "coefficients": {TERM: value}, "gemm_balance", "gemm_tile_tokens", "attention_query_tile",
      "launches": {"other", "per_norm", "mixed", "source"},
      "fitted_on": {"gpus", "models", "tensor_parallel_sizes", "modes", "sources", "model_ranges"},
      "fitted_range": FittedRange, "leave_one_model_out": {model: errors per family},
@@ -68,7 +68,8 @@ def load_physics(data: dict, spec: ModelSpec, hardware: HardwareSpec, tp: int,
     return PhysicsCostModel(spec, hardware, coefficients, float(data["gemm_balance"]), tp,
                             FittedRange.from_json(data["fitted_range"]), data["name"],
                             (int(launches["other"]), int(launches["per_norm"]), int(launches.get("mixed", 0))),
-                            int(data.get("gemm_tile_tokens", 1)), decode_skew_at(data, tp))
+                            int(data.get("gemm_tile_tokens", 1)), decode_skew_at(data, tp),
+                            int(data.get("attention_query_tile", 1)))
 
 
 def decode_skew_at(data: dict, tp: int) -> float:

@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cost_models.batch_shape import BatchShape
+from cost_models.batch_shape import BatchShape, prefill_pairs_at_tile
 from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.model_spec import ModelSpec, load_model
-from cost_models.launches import HARNESS_LAUNCHES, VLLM_LAUNCHES
-from cost_models.physics import TERMS, PhysicsCostModel, elementwise_elements_per_token, physics_work
+from cost_models.launches import HARNESS_LAUNCHES, HARNESS_QUERY_TILE, VLLM_LAUNCHES, VLLM_QUERY_TILE
+from cost_models.physics import (TERMS, PhysicsCostModel, elementwise_elements_per_token, physics_counts,
+                                 physics_work)
 from cost_models.profiles import PROFILES_DIR
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
@@ -35,14 +36,42 @@ def test_features_of_a_tiny_model_by_hand():
     # 4 x 576 x max(tokens, gemm_balance) = 2304 x 3 (gemm_tile_tokens 1: no rounding).
     # Activations: 14*8 + (2*8 + 2*4) + 6*16 = 232 elements x 2 bytes x 2 layers per token.
     # Pairs: 2 x (3 + 3/2) = 9, x 4 x 8 x 2 FLOPs. KV: 32 bytes per token (K and V, 1 head of 4,
-    # 2 layers, 2 bytes). Launches: 22 + 8 x 2 norms = 38 a layer, 5 more for the second attention
+    # 2 layers, 2 bytes): the decode's 6 tokens once, the prefill's 3 cached tokens once for each
+    # of the 2 query heads (192 + 192). Launches: 22 + 8 x 2 norms = 38 a layer, 5 more for the second attention
     # group of a mixed step: 2 x 43. lm_head: max(2*8*10 x 2 rows, 8*10*2 bytes). Logits: 2 x 10 x
     # 4 bytes a row. The decode's 5 + 1 pairs in a step that prefills, x 64 FLOPs a pair. The unit
     # GPU has no SM count, so mixed_decode_waves is not computed (0). A dense model has no MoE
     # blocks: moe_experts is 0 and every other feature is what it was before the term.
     features = physics_work(TINY, UNIT_GPU).features(MIXED.work_counts, 1.0)
-    assert features.tolist() == [1.0, 6912.0, 2784.0, 576.0, 192.0, 96.0, 86.0, 4.0, 320.0, 160.0, 384.0, 0.0,
+    assert features.tolist() == [1.0, 6912.0, 2784.0, 576.0, 192.0, 192.0, 86.0, 4.0, 320.0, 160.0, 384.0, 0.0,
                                  0.0, 86.0]
+
+
+def test_a_prefill_reads_the_cached_kv_once_per_query_head():
+    # TINY at TP 2: one query head and one (replicated) KV head a rank, so the read is one head's;
+    # a 32-head model with 8 KV heads reads each KV head 4 times, at any TP that splits both.
+    index = TERMS.index("prefill_kv_read")
+    assert physics_work(TINY, UNIT_GPU, 2).features(MIXED.work_counts, 1.0)[index] == 96.0
+    gqa = dataclasses.replace(TINY, num_attention_heads=8, num_kv_heads=2, hidden_size=32)
+    assert physics_work(gqa, UNIT_GPU).features(MIXED.work_counts, 1.0)[index] == 3 * 4 * 64.0
+    assert physics_work(gqa, UNIT_GPU, 2).features(MIXED.work_counts, 1.0)[index] == 3 * 4 * 32.0
+
+
+def test_a_prefill_attention_kernel_computes_whole_query_tiles():
+    # Tile 1 is the causal count: 2 x (3 + 3/2) = 9 pairs for MIXED's chunk, as work_counts has it.
+    assert prefill_pairs_at_tile([2, 1], [3, 5], 1) == MIXED.work_counts[3] == 9.0
+    # 64-row tiles: the 2-token chunk is one tile whose 64 rows see its 3 + 2 keys (the decode is
+    # not a prefill); 130 tokens are 3 tiles seeing 64, 128 and 130 keys: 64 x 322.
+    assert prefill_pairs_at_tile([2, 1], [3, 5], 64) == 64 * 5
+    assert prefill_pairs_at_tile([130], [0], 64) == 64 * (64 + 128 + 130)
+    assert physics_counts(MIXED, 64) == (*MIXED.work_counts[:3], 320.0, *MIXED.work_counts[4:])
+    rng = np.random.default_rng(5)
+    for _ in range(20):
+        new = rng.integers(1, 300, 4).tolist()
+        ctx = rng.integers(0, 2000, 4).tolist()
+        assert prefill_pairs_at_tile(new, ctx, 1) == BatchShape.of(new, ctx).work_counts[3]
+    with pytest.raises(ValueError, match=r"attention_query_tile: 0 is not"):
+        PhysicsCostModel(TINY, UNIT_GPU, dict.fromkeys(TERMS, 0.0), 1.0, attention_query_tile=0)
 
 
 def test_fused_kernels_count_only_their_own_traffic():
@@ -128,7 +157,7 @@ def test_mixed_decode_waves_refuse_a_gpu_without_an_sm_count():
 def test_step_time_is_the_longer_of_host_and_device_plus_the_overhead():
     ones = dict.fromkeys(TERMS, 1.0) | {"mixed_decode_waves": 0.0}   # the unit GPU has no SM count
     device = PhysicsCostModel(TINY, UNIT_GPU, {**ones, "host_launch": 0.0}, 1.0)
-    assert device.step_time_s(MIXED) == 1.0 + 6912 + 2784 + 576 + 192 + 96 + 86 + 4 + 320 + 160 + 384
+    assert device.step_time_s(MIXED) == 1.0 + 6912 + 2784 + 576 + 192 + 192 + 86 + 4 + 320 + 160 + 384
     host = PhysicsCostModel(TINY, UNIT_GPU, {**ones, "host_launch": 1000.0}, 1.0)
     assert host.step_time_s(MIXED) == 1.0 + 86 * 1000.0
 
@@ -165,6 +194,8 @@ def test_shipped_physics_files_are_non_negative_and_say_what_they_were_fitted_on
         assert data["leave_one_model_out"] == {} and "one model" in data["leave_one_model_out_note"]
     else:
         assert set(data["leave_one_model_out"]) == set(fitted["models"])
+    # The harness's prefill attention tile on the H200, vLLM's on the kernel profiles.
+    assert data["attention_query_tile"] == (HARNESS_QUERY_TILE if "h200" in name else VLLM_QUERY_TILE)
 
 
 def test_an_unseen_larger_model_warns_once_naming_the_field():

@@ -11,6 +11,7 @@ from cost_models.fit.physics_fit import PhysicsSamples, fit_physics
 from cost_models.fit.physics_sources import LOG_TERMS
 from cost_models.hardware import load_hardware
 from cost_models.importers.vllm_schedule import LoggedStep, reconstruct_shapes
+from cost_models.launches import VLLM_QUERY_TILE
 from cost_models.model_spec import load_model
 from cost_models.physics import FITTED_TERMS, PhysicsCostModel
 
@@ -96,13 +97,15 @@ def test_a_log_that_does_not_fit_the_requests_is_refused_naming_the_step():
 
 def test_a_physics_fit_of_the_reconstructed_log_recovers_the_true_coefficients_within_2_percent():
     spec, gpu = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
-    truth = PhysicsCostModel(spec, gpu, TRUE, TRUE_BALANCE, gemm_tile_tokens=128)
+    # A vLLM log: its prefill attention computes whole query tiles (cost_models/launches.py).
+    truth = PhysicsCostModel(spec, gpu, TRUE, TRUE_BALANCE, gemm_tile_tokens=128,
+                             attention_query_tile=VLLM_QUERY_TILE)
     lengths = _lengths()
     log, true_shapes = fcfs_schedule(lengths)
     times = np.array([truth.step_time_s(s) for s in true_shapes])
     shapes, _ = reconstruct_shapes(log, lengths)
-    fit = fit_physics([PhysicsSamples(spec, gpu, 1, shapes, times, "synthetic", measured=LOG_TERMS)],
-                      peak_bound=True)
+    fit = fit_physics([PhysicsSamples(spec, gpu, 1, shapes, times, "synthetic", measured=LOG_TERMS,
+                                      attention_query_tile=VLLM_QUERY_TILE)], peak_bound=True)
     for term in LOG_TERMS:
         assert fit.coefficients[term] == pytest.approx(TRUE[term], rel=0.02), term
     assert fit.gemm_balance == pytest.approx(TRUE_BALANCE, rel=0.02)
@@ -134,7 +137,8 @@ def test_a_fit_of_short_contexts_keeps_the_kv_read_term():
 def test_fit_kind_physics_reads_a_vllm_log_with_its_request_lengths(tmp_path):
     from cost_models.fit.physics_run import run_physics_fit
     spec, gpu = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
-    truth = PhysicsCostModel(spec, gpu, {**TRUE, "layer_launch": 0.0}, TRUE_BALANCE)
+    truth = PhysicsCostModel(spec, gpu, {**TRUE, "layer_launch": 0.0}, TRUE_BALANCE,
+                             attention_query_tile=VLLM_QUERY_TILE)
     lengths = _lengths()
     log, true_shapes = fcfs_schedule(lengths)
     log_csv, lengths_csv = tmp_path / "serve_iterations.csv", tmp_path / "lengths.csv"

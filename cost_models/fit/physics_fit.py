@@ -21,12 +21,11 @@ import numpy as np
 
 from cost_models.fit.nnls import nnls
 from cost_models.fit.report import family_errors
-from cost_models.fitted_range import step_counts
 from cost_models.hardware import HardwareSpec
 from cost_models.model_spec import ModelSpec
-from cost_models.launches import HARNESS_LAUNCHES
+from cost_models.launches import HARNESS_LAUNCHES, HARNESS_QUERY_TILE
 from cost_models.physics import (DEVICE, EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, TERMS, TIED_TERMS,
-                                  coefficient_vector, physics_work, step_time_of)
+                                  coefficient_vector, physics_counts, physics_work, step_time_of)
 
 _BALANCE_GRID = np.geomspace(1.0, 8.0, 25)   # >= 1: with gemm >= 1, no weight read beats peak bandwidth
 _GOLDEN_STEPS = 20
@@ -50,6 +49,7 @@ class PhysicsSamples:
     comm_s: np.ndarray | None = None   # communication inside time_s (priced apart, not fitted)
     measured: tuple[str, ...] = TERMS   # the terms the source's times contain
     launches: tuple[int, int, int] = HARNESS_LAUNCHES   # the measured engine's kernels per layer
+    attention_query_tile: int = HARNESS_QUERY_TILE   # the measured engine's prefill attention tile
     part: str = STEP   # STEP: whole steps; else the operators a source timed apart (fitted, not reported)
     decode_skew: float | None = None   # the source's measured alpha of unequal decode contexts (None: unmeasured)
     # Where a source times some of a layer's kernels (launches), the whole layer's, which the file
@@ -75,7 +75,7 @@ class PhysicsSamples:
 
     @cached_property
     def counts(self) -> np.ndarray:
-        return np.array([step_counts(s) for s in self.shapes], float)
+        return np.array([physics_counts(s, self.attention_query_tile) for s in self.shapes], float)
 
     def fitted_time_s(self) -> np.ndarray:
         """The part of time_s the fitted terms explain (communication taken off)."""

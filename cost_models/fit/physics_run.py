@@ -88,6 +88,7 @@ def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode
         "gemm_tile_tokens": fit.gemm_tile_tokens,
         "launches": {"other": launches[0], "per_norm": launches[1], "mixed": launches[2],
                      "source": "kernel launches per layer of the measured engine (cost_models/physics.py)"},
+        "attention_query_tile": samples[0].attention_query_tile,
         "unmeasured_terms": [t for t in TERMS if t not in measured],
         "fitted_on": {"gpus": sorted({s.hardware.name for s in samples}), "models": [s.name for s in specs],
                       "tensor_parallel_sizes": sorted({s.tensor_parallel_size for s in samples}),

@@ -32,7 +32,7 @@ from cost_models.importers import (read_llmservingsim, read_step_timings, read_v
                                    read_vllm_log)
 from cost_models.importers.forms import number, read_csv_columns
 from cost_models.model_spec import load_model
-from cost_models.launches import VLLM_LAUNCHES
+from cost_models.launches import VLLM_LAUNCHES, VLLM_QUERY_TILE
 from cost_models.physics import TERMS
 
 KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
@@ -86,6 +86,7 @@ def from_llmservingsim(profile_dir: Path) -> list[PhysicsSamples]:
         out.append(PhysicsSamples(spec, hardware, tables.tensor_parallel_size, shapes, np.array(times),
                                   f"kernel sums of {profile_dir}, tp {tables.tensor_parallel_size}",
                                   measured=KERNEL_SUM_TERMS, launches=VLLM_LAUNCHES,
+                                  attention_query_tile=VLLM_QUERY_TILE,
                                   decode_skew=_decode_skew(tables)))
         out.append(_per_sequence_part(out[-1], tables.sequence_ops))
     return out
@@ -121,7 +122,7 @@ def from_vidur(mlp_csv: Path) -> list[PhysicsSamples]:
         out.append(PhysicsSamples(spec, hw, tables.tensor_parallel_size, shapes, times,
                                   f"Vidur operator sums of {mlp_csv}, tp {tables.tensor_parallel_size}",
                                   measured=DENSE_TERMS, launches=VIDUR_DENSE_LAUNCHES,
-                                  layer_launches=VLLM_LAUNCHES))
+                                  layer_launches=VLLM_LAUNCHES, attention_query_tile=VLLM_QUERY_TILE))
     return out
 
 
@@ -144,7 +145,8 @@ def from_vidur_attention(attention_csv: Path) -> list[PhysicsSamples]:
         out.append(PhysicsSamples(spec, hw, tables.tensor_parallel_size, shapes, spec.num_layers * mean_s,
                                   f"Vidur attention kernels of {attention_csv}, tp {tables.tensor_parallel_size}",
                                   measured=ATTENTION_TERMS, launches=VIDUR_ATTENTION_LAUNCHES, part=part,
-                                  layer_launches=VLLM_LAUNCHES, in_fitted_range=True))
+                                  layer_launches=VLLM_LAUNCHES, in_fitted_range=True,
+                                  attention_query_tile=VLLM_QUERY_TILE))
     return out
 
 
@@ -164,7 +166,7 @@ def from_vllm_log(path: Path, request_lengths: Path, model: str, hardware: str) 
     timings = read_vllm_log(path, hardware=hardware, model=model, request_lengths=lengths)
     return PhysicsSamples(load_model(model), load_hardware(hardware), 1, timings.shapes, timings.time_s,
                           f"vLLM iteration log {path}, replayed from {request_lengths}", measured=LOG_TERMS,
-                          launches=VLLM_LAUNCHES)
+                          launches=VLLM_LAUNCHES, attention_query_tile=VLLM_QUERY_TILE)
 
 
 def is_vllm_log(path: Path) -> bool:
