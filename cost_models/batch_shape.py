@@ -189,3 +189,13 @@ def prefill_pairs_at_tile(new: list[int], ctx: list[int], tile: int) -> float:
             tiles = -(-n // tile)
             pairs += tile * (tiles * c + tile * tiles * (tiles - 1) // 2 + n)
     return float(pairs)
+
+
+def work_counts_at_tile(shape: BatchShape, tile: int) -> tuple:
+    """``shape``'s work_counts with its prefill pairs as a kernel of ``tile`` query rows a tile
+    computes them (prefill_pairs_at_tile): what the physics features read."""
+    counts = shape.work_counts
+    if tile == 1 or not counts[5]:
+        return counts
+    pairs = prefill_pairs_at_tile(_as_list(shape.new_tokens), _as_list(shape.context_tokens), tile)
+    return (*counts[:3], pairs, *counts[4:])

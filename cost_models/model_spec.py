@@ -127,6 +127,10 @@ class ModelSpec:
         kv_heads_per_rank = max(1, self.num_kv_heads // tensor_parallel_size)
         return 2 * self.num_attention_layers * kv_heads_per_rank * self.head_dim_ * self.kv_dtype_bytes
 
+    def query_heads_per_kv_head(self, tensor_parallel_size: int = 1) -> float:
+        """Query heads that share one KV head on a rank (KV heads split as kv_bytes_per_token has it)."""
+        return self.num_attention_heads / tensor_parallel_size / max(1, self.num_kv_heads // tensor_parallel_size)
+
     def with_max_model_len(self, max_model_len: int) -> "ModelSpec":
         return replace(self, max_model_len=max_model_len)
 

@@ -19,7 +19,7 @@ never measured from its config alone.
   (``elementwise_elements_per_token``).
 - ``prefill_attention``: (query, key) pairs of the prefill chunks, FLOPs at peak, as the engine's
   kernel computes them: the queries in whole tiles of ``attention_query_tile`` rows, each tile over
-  the keys up to its last row (``physics_counts``; 1: the causal pairs).
+  the keys up to its last row (batch_shape.work_counts_at_tile; 1: the causal pairs).
 - ``decode_kv_read``: K and V bytes the decodes read over their context.
 - ``prefill_kv_read``: K and V bytes the prefills read over their cached context, once per query
   head: a FlashAttention prefill gives each (query tile, query head) its own CTA, which walks its KV
@@ -63,11 +63,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.batch_shape import BatchShape, prefill_pairs_at_tile
+from cost_models.batch_shape import BatchShape, work_counts_at_tile
+from cost_models.fitted_range import FittedRange, PricedByCounts
+from cost_models.hardware import HardwareSpec
 from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
 from cost_models.launches import HARNESS_LAUNCHES, launches_per_layer
-from cost_models.fitted_range import FittedRange, PricedByCounts, step_counts
-from cost_models.hardware import HardwareSpec
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
 from cost_models.moe import expected_distinct_experts
@@ -191,29 +191,13 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
         activation_s_per_token=layers * b * elementwise_elements_per_token(spec, tp, launches) / bandwidth,
         attention_s_per_pair=2 * 2 * spec.q_size * layers / tp / flops,
         kv_s_per_token=spec.kv_bytes_per_token(tp) / bandwidth,
-        prefill_kv_s_per_token=spec.kv_bytes_per_token(tp) * query_heads_per_kv_head(spec, tp) / bandwidth,
+        prefill_kv_s_per_token=spec.kv_bytes_per_token(tp) * spec.query_heads_per_kv_head(tp) / bandwidth,
         logit_s_per_row=2 * vocab * LOGIT_BYTES / tp / bandwidth,
         num_layers=layers, launches_per_layer=launches_per_layer(spec, launches),
         mixed_launches_per_layer=launches[2],
         gemm_tile_tokens=gemm_tile_tokens, wave_heads=spec.num_attention_heads // tp,
         sm_count=hardware.sm_count, router=group_of(router, router), expert=group_of(expert, expert),
         num_experts=spec.num_experts, top_k=spec.num_experts_per_tok)
-
-
-def physics_counts(shape: BatchShape, attention_query_tile: int) -> tuple:
-    """step_counts of ``shape`` with its prefill pairs as a kernel of ``attention_query_tile``
-    query rows a tile computes them (prefill_pairs_at_tile): what the physics features read."""
-    counts = step_counts(shape)
-    if attention_query_tile == 1 or not counts[5]:
-        return counts
-    pairs = prefill_pairs_at_tile(shape.new_tokens.tolist(), shape.context_tokens.tolist(), attention_query_tile)
-    return (*counts[:3], pairs, *counts[4:])
-
-
-def query_heads_per_kv_head(spec: ModelSpec, tp: int) -> float:
-    """Query heads that share one KV head on a rank (KV heads are split across ranks, at least one
-    a rank, as ModelSpec.kv_bytes_per_token counts them)."""
-    return spec.num_attention_heads / tp / max(1, spec.num_kv_heads // tp)
 
 
 def elementwise_elements_per_token(spec: ModelSpec, tp: int, launches: tuple[int, int, int]) -> float:
@@ -262,7 +246,7 @@ class PhysicsCostModel(PricedByCounts):
     launches: tuple[int, int, int] = HARNESS_LAUNCHES   # the engine's kernels (launches_per_layer)
     gemm_tile_tokens: int = 1
     decode_skew: float = 0.0   # alpha of unequal decode contexts, as measured (cost_models/decode_skew.py)
-    attention_query_tile: int = 1   # query rows a tile of the engine's prefill attention (physics_counts)
+    attention_query_tile: int = 1   # query rows a tile of the engine's prefill attention (work_counts_at_tile)
     _work: PhysicsWork = field(init=False, repr=False, compare=False)
     _coef: np.ndarray = field(init=False, repr=False, compare=False)
     _allreduce: tuple = field(init=False, repr=False, compare=False)
@@ -303,7 +287,7 @@ class PhysicsCostModel(PricedByCounts):
         return self.coefficients["step_overhead"]
 
     def _step_counts(self, shape: BatchShape) -> tuple:
-        return physics_counts(shape, self.attention_query_tile)
+        return work_counts_at_tile(shape, self.attention_query_tile)
 
     def _time_s(self, counts: tuple) -> float:
         time_s = float(step_time_of(self._coef, self._work.features(counts, self.gemm_balance)))

@@ -10,13 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cost_models.batch_shape import BatchShape, prefill_pairs_at_tile
+from cost_models.batch_shape import BatchShape, prefill_pairs_at_tile, work_counts_at_tile
 from cost_models.factory import make_cost_model
 from cost_models.hardware import HardwareSpec, load_hardware
-from cost_models.model_spec import ModelSpec, load_model
 from cost_models.launches import HARNESS_LAUNCHES, HARNESS_QUERY_TILE, VLLM_LAUNCHES, VLLM_QUERY_TILE
-from cost_models.physics import (TERMS, PhysicsCostModel, elementwise_elements_per_token, physics_counts,
-                                 physics_work)
+from cost_models.model_spec import ModelSpec, load_model
+from cost_models.physics import TERMS, PhysicsCostModel, elementwise_elements_per_token, physics_work
 from cost_models.profiles import PROFILES_DIR
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
@@ -64,7 +63,7 @@ def test_a_prefill_attention_kernel_computes_whole_query_tiles():
     # not a prefill); 130 tokens are 3 tiles seeing 64, 128 and 130 keys: 64 x 322.
     assert prefill_pairs_at_tile([2, 1], [3, 5], 64) == 64 * 5
     assert prefill_pairs_at_tile([130], [0], 64) == 64 * (64 + 128 + 130)
-    assert physics_counts(MIXED, 64) == (*MIXED.work_counts[:3], 320.0, *MIXED.work_counts[4:])
+    assert work_counts_at_tile(MIXED, 64) == (*MIXED.work_counts[:3], 320.0, *MIXED.work_counts[4:])
     rng = np.random.default_rng(5)
     for _ in range(20):
         new = rng.integers(1, 300, 4).tolist()

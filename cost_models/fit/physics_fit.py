@@ -19,13 +19,14 @@ from functools import cached_property
 
 import numpy as np
 
+from cost_models.batch_shape import work_counts_at_tile
 from cost_models.fit.nnls import nnls
 from cost_models.fit.report import family_errors
 from cost_models.hardware import HardwareSpec
-from cost_models.model_spec import ModelSpec
 from cost_models.launches import HARNESS_LAUNCHES, HARNESS_QUERY_TILE
+from cost_models.model_spec import ModelSpec
 from cost_models.physics import (DEVICE, EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, TERMS, TIED_TERMS,
-                                  coefficient_vector, physics_counts, physics_work, step_time_of)
+                                  coefficient_vector, physics_work, step_time_of)
 
 _BALANCE_GRID = np.geomspace(1.0, 8.0, 25)   # >= 1: with gemm >= 1, no weight read beats peak bandwidth
 _GOLDEN_STEPS = 20
@@ -75,7 +76,7 @@ class PhysicsSamples:
 
     @cached_property
     def counts(self) -> np.ndarray:
-        return np.array([physics_counts(s, self.attention_query_tile) for s in self.shapes], float)
+        return np.array([work_counts_at_tile(s, self.attention_query_tile) for s in self.shapes], float)
 
     def fitted_time_s(self) -> np.ndarray:
         """The part of time_s the fitted terms explain (communication taken off)."""
