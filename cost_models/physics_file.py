@@ -69,7 +69,7 @@ def load_physics(data: dict, spec: ModelSpec, hardware: HardwareSpec, tp: int,
                             FittedRange.from_json(data["fitted_range"]), data["name"],
                             (int(launches["other"]), int(launches["per_norm"]), int(launches.get("mixed", 0))),
                             int(data.get("gemm_tile_tokens", 1)), decode_skew_at(data, tp),
-                            int(data.get("attention_query_tile", 1)))
+                            data.get("attention_query_tile", 1))
 
 
 def decode_skew_at(data: dict, tp: int) -> float:

@@ -16,6 +16,7 @@ from cost_models.hardware import HardwareSpec, load_hardware
 from cost_models.launches import HARNESS_LAUNCHES, HARNESS_QUERY_TILE, VLLM_LAUNCHES, VLLM_QUERY_TILE
 from cost_models.model_spec import ModelSpec, load_model
 from cost_models.physics import TERMS, PhysicsCostModel, elementwise_elements_per_token, physics_work
+from cost_models.physics_file import load_physics
 from cost_models.profiles import PROFILES_DIR
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
@@ -71,6 +72,10 @@ def test_a_prefill_attention_kernel_computes_whole_query_tiles():
         assert prefill_pairs_at_tile(new, ctx, 1) == BatchShape.of(new, ctx).work_counts[3]
     with pytest.raises(ValueError, match=r"attention_query_tile: 0 is not"):
         PhysicsCostModel(TINY, UNIT_GPU, dict.fromkeys(TERMS, 0.0), 1.0, attention_query_tile=0)
+    # A file's tile is checked as given, not coerced: "64" is refused naming the field.
+    data = {**_shipped("physics-rtx-pro-6000-kernels"), "attention_query_tile": "64"}
+    with pytest.raises(ValueError, match=r"attention_query_tile: '64' is not"):
+        load_physics(data, load_model("llama-3.1-8b"), load_hardware("rtx-pro-6000"), 1)
 
 
 def test_fused_kernels_count_only_their_own_traffic():
