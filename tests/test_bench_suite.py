@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -53,3 +55,17 @@ def test_writers_bench_prints_a_line_per_writer_and_import():
         assert fields["rows"] == "70000" and float(fields["size_mb"]) > 0 and float(fields["wall_s"]) > 0
     if "polars_csv" in writers:   # both write shortest round-trip text: the same size to 0.1 MB
         assert writers["polars_csv"]["size_mb"] == writers["pyarrow_csv"]["size_mb"]
+
+
+def test_the_allreduce_comparison_prints_a_row_per_gpu_ranks_and_size():
+    reference = ROOT / ".." / "shared" / "reference"
+    if not (reference / "vidur-profiles" / "network" / "h100_dgx" / "all_reduce.csv").is_file():
+        pytest.skip("../shared/reference/vidur-profiles/network absent: the shared Vidur profiles are not on this machine")
+    proc = subprocess.run([sys.executable, "bench/allreduce_vs_vidur.py", str(reference)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    # 2 GPUs x 3 rank counts x 3 sizes; H100 at 8 ranks and 64 MiB is within 5% of the measurement
+    assert len(rows) == 18
+    h100_8 = [r for r in rows if r[0] == "h100-sxm" and r[1] == "8" and r[2] == "65536"]
+    assert len(h100_8) == 1 and abs(float(h100_8[0][6].rstrip("%"))) <= 5
