@@ -155,9 +155,9 @@ def work_counts_of(new: list[int], ctx: list[int], samples: list[bool],
     """BatchShape.work_counts from plain lists (integers are exact, so any order of summing
     gives the same counts).
 
-    A decode is a sequence with one new token; the causal attention pairs of a sequence are
-    new x (ctx + (new + 1) / 2), and the prefill pairs are the total minus the decodes' ctx + 1
-    each. ``decode_rows`` (count, total context, longest) adds summarised decodes.
+    A decode is a sequence with one new token; every other sequence is a prefill chunk, whose
+    causal attention pairs are chunk_pairs'. ``decode_rows`` (count, total context, longest) adds
+    summarised decodes.
     """
     rows, rows_ctx, _ = decode_rows
     num_seqs = len(new)
@@ -167,28 +167,29 @@ def work_counts_of(new: list[int], ctx: list[int], samples: list[bool],
     if tokens == num_seqs:  # all-decode steps are most steps: skip the prefill sums
         return (tokens + rows, ctx_sum + rows_ctx, num_seqs + rows, 0.0, 0, 0, num_sampled,
                 num_seqs + rows)
-    num_decodes = decode_ctx = new_ctx = new_new = 0
+    num_decodes = decode_ctx = pairs = 0
     for n, c in zip(new, ctx):
         if n == 1:
             num_decodes += 1
             decode_ctx += c
-        new_ctx += n * c
-        new_new += n * n
-    pairs = float(new_ctx) + (float(new_new) + tokens) / 2 - decode_ctx - num_decodes
-    return (tokens + rows, decode_ctx + rows_ctx, num_decodes + rows, pairs, ctx_sum - decode_ctx,
+        else:
+            pairs += chunk_pairs(n, c)
+    return (tokens + rows, decode_ctx + rows_ctx, num_decodes + rows, float(pairs), ctx_sum - decode_ctx,
             num_seqs - num_decodes, num_sampled, num_seqs + rows)
 
 
+def chunk_pairs(new: int, ctx: int, tile: int = 1) -> int:
+    """The (query, key) pairs an attention kernel computes for a prefill chunk of ``new`` tokens on
+    ``ctx`` cached ones when it takes the queries in tiles of ``tile`` rows: each tile's rows attend
+    over the keys up to its last row's, padded rows included. Tile 1 gives the causal pairs,
+    new x (ctx + (new + 1) / 2)."""
+    tiles = -(-new // tile)
+    return tile * (tiles * ctx + tile * tiles * (tiles - 1) // 2 + new)
+
+
 def prefill_pairs_at_tile(new: list[int], ctx: list[int], tile: int) -> float:
-    """The (query, key) pairs an attention kernel computes for a step's prefill chunks when it takes
-    the queries in tiles of ``tile`` rows: each tile's rows attend over the keys up to its last
-    row's, padded rows included. Tile 1 gives the causal pairs of work_counts_of."""
-    pairs = 0
-    for n, c in zip(new, ctx):
-        if n > 1:
-            tiles = -(-n // tile)
-            pairs += tile * (tiles * c + tile * tiles * (tiles - 1) // 2 + n)
-    return float(pairs)
+    """chunk_pairs of every prefill chunk of a step (its sequences of more than one new token)."""
+    return float(sum(chunk_pairs(n, c, tile) for n, c in zip(new, ctx) if n > 1))
 
 
 def work_counts_at_tile(shape: BatchShape, tile: int) -> tuple:

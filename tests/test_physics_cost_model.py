@@ -65,11 +65,14 @@ def test_a_prefill_attention_kernel_computes_whole_query_tiles():
     assert prefill_pairs_at_tile([2, 1], [3, 5], 64) == 64 * 5
     assert prefill_pairs_at_tile([130], [0], 64) == 64 * (64 + 128 + 130)
     assert work_counts_at_tile(MIXED, 64) == (*MIXED.work_counts[:3], 320.0, *MIXED.work_counts[4:])
+    # The closed form against the tiles enumerated: a tile of `tile` rows whose last row is query
+    # `last` attends over ctx + last + 1 keys (tile 1: each query over its causal keys).
     rng = np.random.default_rng(5)
     for _ in range(20):
-        new = rng.integers(1, 300, 4).tolist()
-        ctx = rng.integers(0, 2000, 4).tolist()
-        assert prefill_pairs_at_tile(new, ctx, 1) == BatchShape.of(new, ctx).work_counts[3]
+        n, c, tile = int(rng.integers(2, 300)), int(rng.integers(0, 2000)), int(rng.choice([1, 16, 64, 128]))
+        enumerated = sum(tile * (c + min(t0 + tile, n)) for t0 in range(0, n, tile))
+        assert prefill_pairs_at_tile([n, 1], [c, 7], tile) == enumerated
+        assert tile > 1 or BatchShape.of([n, 1], [c, 7]).work_counts[3] == enumerated
     with pytest.raises(ValueError, match=r"attention_query_tile: 0 is not"):
         PhysicsCostModel(TINY, UNIT_GPU, dict.fromkeys(TERMS, 0.0), 1.0, attention_query_tile=0)
     # A file's tile is checked as given, not coerced: "64" is refused naming the field.
