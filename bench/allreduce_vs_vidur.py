@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from cost_models.hardware import load_hardware
-from cost_models.interconnect import bus_bandwidth_Bps, ring_allreduce_s
+from cost_models.interconnect import bus_bandwidth_Bps, ring_allreduce_s, ring_wire_bytes
 
 NODES = {"a100_dgx": "a100-80gb", "h100_dgx": "h100-sxm"}
 SIZES = (256 << 10, 4 << 20, 64 << 20)
@@ -39,7 +39,7 @@ def main(reference: Path) -> None:
         for n, by_size in medians.groupby(level=0):
             by_size = by_size.droplevel(0)
             large = by_size[by_size.index >= 32 << 20]
-            bus = np.median(2 * (n - 1) / n * large.index / (large.to_numpy() * 1e-3)) / 1e9
+            bus = np.median(ring_wire_bytes(large.index.to_numpy(), n) / (large.to_numpy() * 1e-3)) / 1e9
             for size in SIZES:
                 measured = float(by_size.iloc[np.abs(by_size.index - size).argmin()])
                 modelled = ring_allreduce_s(size, n, hardware) * 1e3

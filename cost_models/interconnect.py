@@ -63,17 +63,27 @@ def ring_allreduce_s(num_bytes: float, num_ranks: int, hardware: HardwareSpec,
                      latency_s: float | None = None) -> float:
     """Seconds of one ring all-reduce of ``num_bytes`` over ``num_ranks`` GPUs on ``hardware``'s link.
 
-    The faster of NCCL's LL and Simple protocols (module docstring); 0.0 for one rank.
-    ``latency_s`` replaces the protocols' fixed latencies (base plus 2(N-1) hops) by one figure.
+    2(N-1) hops of ring_wire_bytes over link_time_s; 0.0 for one rank. ``latency_s`` replaces the
+    protocols' fixed latencies (base plus 2(N-1) hops) by one figure.
     """
     if num_ranks <= 1:
         return 0.0
-    steps = 2 * (num_ranks - 1)
-    wire_bytes = steps / num_ranks * num_bytes
+    return link_time_s(ring_wire_bytes(num_bytes, num_ranks), 2 * (num_ranks - 1), hardware, latency_s)
+
+
+def ring_wire_bytes(num_bytes: float, num_ranks: int) -> float:
+    """Bytes each rank sends in a ring all-reduce of ``num_bytes``: 2(N-1) steps of B/N."""
+    return 2 * (num_ranks - 1) / num_ranks * num_bytes
+
+
+def link_time_s(wire_bytes: float, hops: int, hardware: HardwareSpec, latency_s: float | None = None) -> float:
+    """NCCL's cost model of a transfer over ``hardware``'s link (module docstring): a base latency
+    and one per hop (or ``latency_s`` for both), plus the bytes one rank sends over its protocol's
+    share of the bus bandwidth; the faster of the protocols."""
     bus = bus_bandwidth_Bps(hardware)
     best = None
     for p in LINK_PROTOCOLS[hardware.link]:
-        fixed_s = p.base_latency_s + steps * p.hop_latency_s if latency_s is None else latency_s
+        fixed_s = p.base_latency_s + hops * p.hop_latency_s if latency_s is None else latency_s
         time_s = fixed_s + wire_bytes / (bus * p.bandwidth_share)
         best = time_s if best is None or time_s < best else best
     return best

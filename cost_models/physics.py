@@ -24,7 +24,7 @@ never measured from its config alone.
 - ``prefill_kv_read``: K and V bytes the prefills read over their cached context, once per query
   head: a FlashAttention prefill gives each (query tile, query head) its own CTA, which walks its KV
   head's keys and values, so the heads of a group do not share the read as a decode kernel's do
-  (counted per KV head, the fit put it at 7-10x the datasheet's time: cost_models/profiles/README.md).
+  (cost_models/profiles/README.md, "Prefill attention over a cached context").
 - ``layer_launch``: every kernel of every layer (launches_per_layer, from the engine's own kernel
   count): under CUDA graphs the device's least time per kernel, which a batch-1 decode pays ~1,200
   times.

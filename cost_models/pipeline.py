@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from cost_models.base import StepCostModel
 from cost_models.batch_shape import BatchShape
 from cost_models.hardware import HardwareSpec
-from cost_models.interconnect import LINK_PROTOCOLS, bus_bandwidth_Bps
+from cost_models.interconnect import link_time_s
 from cost_models.model_spec import ModelSpec
 
 # vLLM's IntermediateTensors of a decoder layer: the hidden states and the residual (rule P5).
@@ -46,11 +46,8 @@ def stage_models(model: ModelSpec, pipeline_parallel_size: int) -> list[ModelSpe
 
 
 def p2p_send_s(num_bytes: float, hardware: HardwareSpec) -> float:
-    """One point-to-point send over the GPU's link: a ring step of NCCL's cost model (one hop's
-    latency after the base, the bytes over one direction's bandwidth), the faster protocol."""
-    bus = bus_bandwidth_Bps(hardware)
-    return min(p.base_latency_s + p.hop_latency_s + num_bytes / (bus * p.bandwidth_share)
-               for p in LINK_PROTOCOLS[hardware.link])
+    """One point-to-point send over the GPU's link: one hop of NCCL's cost model (link_time_s)."""
+    return link_time_s(num_bytes, 1, hardware)
 
 
 def per_step_overhead_s(cost: StepCostModel) -> float:
