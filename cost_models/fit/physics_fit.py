@@ -23,7 +23,7 @@ from cost_models.batch_shape import work_counts_at_tile
 from cost_models.fit.nnls import nnls
 from cost_models.fit.report import family_errors
 from cost_models.hardware import HardwareSpec
-from cost_models.launches import HARNESS_LAUNCHES, HARNESS_QUERY_TILE
+from cost_models.launches import HARNESS_LAUNCHES
 from cost_models.model_spec import ModelSpec
 from cost_models.physics import (DEVICE, EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, TERMS, TIED_TERMS,
                                   coefficient_vector, physics_work, step_time_of)
@@ -50,7 +50,7 @@ class PhysicsSamples:
     comm_s: np.ndarray | None = None   # communication inside time_s (priced apart, not fitted)
     measured: tuple[str, ...] = TERMS   # the terms the source's times contain
     launches: tuple[int, int, int] = HARNESS_LAUNCHES   # the measured engine's kernels per layer
-    attention_query_tile: int = HARNESS_QUERY_TILE   # the measured engine's prefill attention tile
+    attention_query_tile: int = 1   # the measured engine's prefill attention tile (1: causal pairs)
     part: str = STEP   # STEP: whole steps; else the operators a source timed apart (fitted, not reported)
     decode_skew: float | None = None   # the source's measured alpha of unequal decode contexts (None: unmeasured)
     # Where a source times some of a layer's kernels (launches), the whole layer's, which the file

@@ -32,7 +32,7 @@ from cost_models.importers import (read_llmservingsim, read_step_timings, read_v
                                    read_vllm_log)
 from cost_models.importers.forms import number, read_csv_columns
 from cost_models.model_spec import load_model
-from cost_models.launches import VLLM_LAUNCHES, VLLM_QUERY_TILE
+from cost_models.launches import HARNESS_QUERY_TILE, VLLM_LAUNCHES, VLLM_QUERY_TILE
 from cost_models.physics import TERMS
 
 KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
@@ -60,7 +60,7 @@ def from_step_timings(path: Path, model: str, mode: str, hardware: str) -> Physi
     timings = read_step_timings(path, model, mode, hardware)
     return PhysicsSamples(load_model(model), load_hardware(hardware), 1, timings.shapes, timings.time_s,
                           f"{timings.source.description} ({', '.join(timings.source.files)})",
-                          measured=HARNESS_TERMS)
+                          measured=HARNESS_TERMS, attention_query_tile=HARNESS_QUERY_TILE)
 
 
 def from_llmservingsim(profile_dir: Path) -> list[PhysicsSamples]:
