@@ -1,13 +1,16 @@
 """servesim's ring all-reduce (cost_models/interconnect.py) against the NCCL all-reduces Vidur
-measured on one DGX node (../shared/reference/vidur-profiles/network/<gpu>_dgx/all_reduce.csv).
+measured (../shared/reference/vidur-profiles/network/<node>/all_reduce.csv).
 
     python bench/allreduce_vs_vidur.py [REFERENCE_DIR]
 
-Prints, per GPU and rank count, the measured and modelled time at three message sizes and the
-bus bandwidth the measurement implies at 32 MiB and more. Vidur timed torch.distributed calls, so
-its small messages carry the host's call overhead, which vLLM's CUDA graphs and custom
-all-reduce do not pay; the large ones are NCCL's Simple protocol, what a long prefill's
-all-reduces use.
+Prints three tables:
+- the share of the link's bandwidth the all-reduces reach, fitted on every node
+  (cost_models/fit/allreduce_fit.py) against the shares interconnect.py ships;
+- each node and rank count's own share against the one fitted on the other GPU alone (held out);
+- the measured and modelled time of the DGX nodes at three message sizes.
+Vidur timed torch.distributed calls, so its small messages carry the host's call overhead, which
+vLLM's CUDA graphs and custom all-reduce do not pay; the large ones are NCCL's Simple protocol,
+what a long prefill's all-reduces use.
 """
 from __future__ import annotations
 
@@ -15,36 +18,42 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
+from cost_models.fit.allreduce_fit import fit_bus_shares, held_out_by_gpu, read_vidur_allreduces
 from cost_models.hardware import load_hardware
-from cost_models.interconnect import bus_bandwidth_Bps, ring_allreduce_s, ring_wire_bytes
+from cost_models.interconnect import ALLREDUCE_BUS_SHARE, ring_allreduce_s
 
-NODES = {"a100_dgx": "a100-80gb", "h100_dgx": "h100-sxm"}
+DGX = {"a100_dgx": "a100-80gb", "h100_dgx": "h100-sxm"}
 SIZES = (256 << 10, 4 << 20, 64 << 20)
 
 
-def one_node_medians(path: Path) -> pd.DataFrame:
-    """(num_workers, size) -> median ms of rank 0, for the rows whose ranks share one node."""
-    rows = pd.read_csv(path)
-    rows = rows[(rows["rank"] == 0) & (rows["devices_per_node"] == rows["num_workers"])]
-    return rows.groupby(["num_workers", "size"])["time_stats.all_reduce.median"].median()
+def print_shares(measured) -> None:
+    shares, _ = fit_bus_shares(measured)
+    print("link    fitted_share  shipped_share")
+    for link, share in shares.items():
+        print(f"{link:7} {share:12.3f}  {ALLREDUCE_BUS_SHARE[link]:13.2f}")
+    print("\nnode                  ranks link    own_share  held_out_share  bandwidth_error")
+    for node, ranks, link, own, held in held_out_by_gpu(measured):
+        print(f"{node:21} {ranks:5} {link:7} {own:9.3f}  {held:14.3f}  {held / own - 1:+15.1%}")
+
+
+def print_times(measured) -> None:
+    print("\ngpu        N  size      measured_ms  servesim_ms  error")
+    for node, gpu in DGX.items():
+        hardware = load_hardware(gpu)
+        for ranks, rows in measured[measured["node"] == node].groupby("ranks"):
+            by_size = rows.set_index("bytes")["time_s"]
+            for size in SIZES:
+                measured_s = float(by_size.iloc[np.abs(by_size.index - size).argmin()])
+                modelled_s = ring_allreduce_s(size, ranks, hardware)
+                print(f"{gpu:10} {ranks}  {size >> 10:6} KiB  {measured_s * 1e3:10.3f}  "
+                      f"{modelled_s * 1e3:11.3f}  {modelled_s / measured_s - 1:+6.0%}")
 
 
 def main(reference: Path) -> None:
-    print("gpu        N  size      measured_ms  servesim_ms  error   measured bus GB/s (>=32 MiB) / servesim's")
-    for node, gpu in NODES.items():
-        hardware = load_hardware(gpu)
-        medians = one_node_medians(reference / "vidur-profiles" / "network" / node / "all_reduce.csv")
-        for n, by_size in medians.groupby(level=0):
-            by_size = by_size.droplevel(0)
-            large = by_size[by_size.index >= 32 << 20]
-            bus = np.median(ring_wire_bytes(large.index.to_numpy(), n) / (large.to_numpy() * 1e-3)) / 1e9
-            for size in SIZES:
-                measured = float(by_size.iloc[np.abs(by_size.index - size).argmin()])
-                modelled = ring_allreduce_s(size, n, hardware) * 1e3
-                print(f"{gpu:10} {n}  {size >> 10:6} KiB  {measured:10.3f}  {modelled:11.3f}  "
-                      f"{modelled / measured - 1:+6.0%}   {bus:.0f} / {bus_bandwidth_Bps(hardware) / 1e9:.0f}")
+    measured = read_vidur_allreduces(reference / "vidur-profiles" / "network")
+    print_shares(measured)
+    print_times(measured)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ and Simple (the full bus bandwidth, longer latencies), and so do we. LL128 is le
 enables it by default only on Volta and Ampere with NVLink.
 
 The bus bandwidth is one direction of the link: a ring rank sends to one neighbour while it
-receives from the other, and datasheets quote NVLink and PCIe as the sum of both directions.
+receives from the other, and datasheets quote NVLink and PCIe as the sum of both directions. An
+all-reduce reaches only a share of it (ALLREDUCE_BUS_SHARE, measured), as NCCL's own model caps its
+bus bandwidth below the links' (``busBw`` of ncclTopoTuneModel).
 """
 from __future__ import annotations
 
@@ -47,6 +49,13 @@ LINK_PROTOCOLS: dict[str, tuple[Protocol, ...]] = {
 }
 LINK_KINDS = tuple(LINK_PROTOCOLS)
 
+# The share of one direction of the link that NCCL's ring all-reduce moves, fitted on the NCCL
+# all-reduces Vidur measured on NVLink (DGX A100, DGX H100, NVLink-bridged pairs of each) and PCIe
+# Gen4 and Gen5, on messages of 8 MiB and more (cost_models/fit/allreduce_fit.py; `python
+# bench/allreduce_vs_vidur.py` prints the fit and its error held out by GPU). Over the network it is
+# not measured: the datasheet rate.
+ALLREDUCE_BUS_SHARE: dict[str, float] = {"nvlink": 0.66, "pcie": 0.74, "network": 1.0}
+
 
 def check_link(link: str, where: str = "hardware.link") -> str:
     if not isinstance(link, str) or link not in LINK_PROTOCOLS:
@@ -63,12 +72,13 @@ def ring_allreduce_s(num_bytes: float, num_ranks: int, hardware: HardwareSpec,
                      latency_s: float | None = None) -> float:
     """Seconds of one ring all-reduce of ``num_bytes`` over ``num_ranks`` GPUs on ``hardware``'s link.
 
-    2(N-1) hops of ring_wire_bytes over link_time_s; 0.0 for one rank. ``latency_s`` replaces the
-    protocols' fixed latencies (base plus 2(N-1) hops) by one figure.
+    2(N-1) hops of ring_wire_bytes over link_time_s, at the all-reduce's share of the bus; 0.0 for
+    one rank. ``latency_s`` replaces the protocols' fixed latencies (base plus 2(N-1) hops) by one figure.
     """
     if num_ranks <= 1:
         return 0.0
-    return link_time_s(ring_wire_bytes(num_bytes, num_ranks), 2 * (num_ranks - 1), hardware, latency_s)
+    return link_time_s(ring_wire_bytes(num_bytes, num_ranks), 2 * (num_ranks - 1), hardware, latency_s,
+                       ALLREDUCE_BUS_SHARE[hardware.link])
 
 
 def ring_wire_bytes(num_bytes: float, num_ranks: int) -> float:
@@ -76,11 +86,12 @@ def ring_wire_bytes(num_bytes: float, num_ranks: int) -> float:
     return 2 * (num_ranks - 1) / num_ranks * num_bytes
 
 
-def link_time_s(wire_bytes: float, hops: int, hardware: HardwareSpec, latency_s: float | None = None) -> float:
+def link_time_s(wire_bytes: float, hops: int, hardware: HardwareSpec, latency_s: float | None = None,
+                bus_share: float = 1.0) -> float:
     """NCCL's cost model of a transfer over ``hardware``'s link (module docstring): a base latency
     and one per hop (or ``latency_s`` for both), plus the bytes one rank sends over its protocol's
-    share of the bus bandwidth; the faster of the protocols."""
-    bus = bus_bandwidth_Bps(hardware)
+    share of the bus bandwidth (``bus_share`` of one direction); the faster of the protocols."""
+    bus = bus_bandwidth_Bps(hardware) * bus_share
     best = None
     for p in LINK_PROTOCOLS[hardware.link]:
         fixed_s = p.base_latency_s + hops * p.hop_latency_s if latency_s is None else latency_s

@@ -109,8 +109,9 @@ def test_tensor_parallel_2_halves_the_work_and_adds_the_allreduce_exactly():
     shape = BatchShape.of([n], [0])
     tp1, tp2 = roofline(1).step_time_s(shape), roofline(2).step_time_s(shape)
     # H100 NVLink, NCCL's Simple protocol at 64 MiB: 8.4 us base + 2(N-1) = 2 hops of 3.4 us, and
-    # 2(N-1)/N = 1 x the bytes over one direction (450 GB/s) of the 900 GB/s link.
-    allreduce = 2 * L * (8.4e-6 + 2 * 3.4e-6 + 1 * n * H * B / 450e9)
+    # 2(N-1)/N = 1 x the bytes over the all-reduce's share (0.66) of one direction (450 GB/s) of
+    # the 900 GB/s link.
+    allreduce = 2 * L * (8.4e-6 + 2 * 3.4e-6 + 1 * n * H * B / (0.66 * 450e9))
     assert tp2 == pytest.approx((tp1 - OVERHEAD_S) / 2 + allreduce + OVERHEAD_S, rel=1e-12)
 
 
@@ -120,8 +121,8 @@ def test_tensor_parallel_2_decode_halves_weights_but_not_replicated_activations(
                  (LINEAR_WEIGHT_BYTES / 2 + L * B * (14 * H + (2 * Q + 2 * KV + 6 * FFN) / 2)) / BW)
     attention = ((ctx + 1) * KV_BYTES_PER_TOKEN / 2 + Q_BYTES_PER_TOKEN / 2) / BW
     # One token's 8 KiB: NCCL's LL protocol wins, 3.6 us base + 2 hops of 0.47 us, and the
-    # bytes at a quarter of one direction's 450 GB/s.
-    allreduce = 2 * L * (3.6e-6 + 2 * 0.47e-6 + H * B / (0.25 * 450e9))
+    # bytes at a quarter of the all-reduce's share (0.66) of one direction's 450 GB/s.
+    allreduce = 2 * L * (3.6e-6 + 2 * 0.47e-6 + H * B / (0.25 * 0.66 * 450e9))
     expected = linear + attention + lm_head_s(1, tp=2) + allreduce + OVERHEAD_S
     assert roofline(2).step_time_s(BatchShape.of([1], [ctx])) == pytest.approx(expected, rel=1e-12)
 
