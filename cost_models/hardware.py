@@ -24,7 +24,7 @@ _GB_PER_S = 1e9
 _TFLOPS = 1e12
 _BYTES_PER_MEMORY_UNIT = {"memory_gib": GiB, "memory_gb": 10**9}
 _INLINE_REQUIRED = ("memory_bandwidth_GBps", "bf16_tflops")
-_INLINE_OPTIONAL = ("interconnect_GBps", "link", "fp8_tflops", "name", "sm_count")
+_INLINE_OPTIONAL = ("interconnect_GBps", "link", "fp8_tflops", "name", "sm_count", "l2_mib")
 # An inline spec without an interconnect figure is taken to sit on PCIe Gen4 x16, the weakest link
 # any listed part has, so a tensor-parallel estimate errs towards slow rather than fast.
 _DEFAULT_INTERCONNECT_GBPS = 64.0
@@ -45,6 +45,7 @@ class HardwareSpec:
     source: str
     link: str = _DEFAULT_LINK         # nvlink | pcie | network: the all-reduce's latencies (interconnect.py)
     sm_count: int | None = None       # streaming multiprocessors (AMD: compute units); None where unsourced
+    l2_bytes: int | None = None       # the last-level on-chip cache (L2); None where unsourced
 
 
 @functools.cache
@@ -61,7 +62,8 @@ def _catalog() -> tuple[tuple[HardwareSpec, ...], dict[str, str]]:
             fp8_flops=float(row["fp8_tflops"]) * _TFLOPS if row["fp8_tflops"] else None,
             interconnect_bandwidth_Bps=float(row["interconnect_GBps"]) * _GB_PER_S,
             source=row["source"], link=check_link(row["link"], f"hardware.csv {row['name']} link"),
-            sm_count=int(row["sm_count"]) if row["sm_count"] else None)
+            sm_count=int(row["sm_count"]) if row["sm_count"] else None,
+            l2_bytes=int(float(row["l2_mib"]) * 2**20) if row["l2_mib"] else None)
         specs.append(spec)
         for alias in [spec.name, *filter(None, row["aliases"].split(";"))]:
             names[_normalise(alias)] = spec.name
@@ -86,8 +88,8 @@ def load_hardware(name_or_spec: str | dict) -> HardwareSpec:
     """A preset name (case-insensitive, aliases accepted) or an inline spec dict.
 
     Inline: ``{memory_gib | memory_gb, memory_bandwidth_GBps, bf16_tflops, interconnect_GBps?,
-    link?, fp8_tflops?, name?, sm_count?}`` (link: nvlink, pcie or network; default pcie, as the
-    bandwidth; sm_count: none unless given, never guessed).
+    link?, fp8_tflops?, name?, sm_count?, l2_mib?}`` (link: nvlink, pcie or network; default pcie,
+    as the bandwidth; sm_count and l2_mib: none unless given, never guessed).
     """
     if isinstance(name_or_spec, dict):
         return _from_inline(name_or_spec)
@@ -109,7 +111,7 @@ def _from_inline(spec: dict) -> HardwareSpec:
     for key in _INLINE_REQUIRED:
         if key not in spec:
             raise ValueError(f"hardware.{key}: required in an inline spec")
-    values = {k: _positive(k, spec[k]) for k in (*_INLINE_REQUIRED, "interconnect_GBps", "fp8_tflops")
+    values = {k: _positive(k, spec[k]) for k in (*_INLINE_REQUIRED, "interconnect_GBps", "fp8_tflops", "l2_mib")
               if spec.get(k) is not None}
     name = spec.get("name", "custom")
     if not isinstance(name, str) or not name:
@@ -124,7 +126,8 @@ def _from_inline(spec: dict) -> HardwareSpec:
         bf16_flops=values["bf16_tflops"] * _TFLOPS,
         fp8_flops=fp8 * _TFLOPS if fp8 is not None else None,
         interconnect_bandwidth_Bps=values.get("interconnect_GBps", _DEFAULT_INTERCONNECT_GBPS) * _GB_PER_S,
-        source="inline spec from the scenario file", link=link, sm_count=_sm_count(spec.get("sm_count")))
+        source="inline spec from the scenario file", link=link, sm_count=_sm_count(spec.get("sm_count")),
+        l2_bytes=int(values["l2_mib"] * 2**20) if "l2_mib" in values else None)
 
 
 def _sm_count(value) -> int | None:

@@ -42,6 +42,10 @@ never measured from its config alone.
   coefficient a CTA's time per key (cost_models/profiles/README.md, "Physics files", for the grid
   that shows it). It needs the GPU's SM count (hardware.csv ``sm_count``): without one the feature
   is not computed, and a model or fit that would use it refuses (PhysicsCostModel, physics_fit).
+- ``mixed_decode_rereads``: the same decodes' KV read again by the other query heads of each KV head
+  (PhysicsWork.rereads): none while one KV head's keys over the step's decodes fit in the GPU's L2
+  (hardware.csv ``l2_mib``), else once for each run of SMs that the group's CTAs span. Priced at
+  decode_kv_read's coefficient (TIED_TERMS): the same DRAM, read again.
 - ``moe_experts``: an MoE model's MoE blocks (0 for a dense one, whose MLP is in ``gemm``): the
   router as a projection group over every token, and the experts at max(FLOPs of tokens x top_k
   expert passes / peak, gemm_balance x the weight bytes of the expected distinct experts the
@@ -52,6 +56,10 @@ never measured from its config alone.
 - ``host_launch``: the host's time to issue one kernel, x every kernel of the step. Eager, the
   host issues kernels while the GPU runs earlier ones, so a step takes the longer of the two:
   step_overhead + max(host_launch x launches, device terms). Under CUDA graphs it is 0.
+The device terms add up, but for the decodes' attention: a kernel that walks the keys while it
+reads them takes the longer of its walks (mixed_decode_attention + mixed_decode_waves) and its KV
+traffic (decode_kv_read + mixed_decode_rereads); a step without walks (a decode kernel, an engine
+whose decodes get their own kernel) pays its traffic (device_time_of).
 Communication at tensor_parallel_size > 1 is the roofline's all-reduce (cost_models/interconnect.py),
 added as it is, not fitted. Decodes of unequal context cost t(mean) + alpha (t(longest) - t(mean))
 (cost_models/decode_skew.py), alpha as the fitted sources measured it (``decode_skew``; 0 where none
@@ -67,27 +75,29 @@ from cost_models.batch_shape import BatchShape, work_counts_at_tile
 from cost_models.fitted_range import FittedRange, PricedByCounts
 from cost_models.hardware import HardwareSpec
 from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
-from cost_models.launches import HARNESS_LAUNCHES, launches_per_layer
+from cost_models.launches import HARNESS_LAUNCHES
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
-from cost_models.moe import expected_distinct_experts
-from cost_models.roofline import LOGIT_BYTES, _activation_elements_per_token
+from cost_models.physics_work import PhysicsWork, physics_work
 
 # Rows of one GEMM tile that a fit may find (1: no rounding): a step's GEMMs compute its tokens
 # rounded up to whole tiles, as measured dense tables step (cost_models/profiles/README.md).
 GEMM_TILE_CHOICES = (1, 64, 128)
 TERMS = ("step_overhead", "gemm", "activation_traffic", "prefill_attention", "decode_kv_read",
          "prefill_kv_read", "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
-         "mixed_decode_waves", "moe_experts", "host_launch")
+         "mixed_decode_waves", "mixed_decode_rereads", "moe_experts", "host_launch")
 # Terms whose coefficient is 1 / a fraction of a datasheet peak, so at least 1 where the peak holds.
 EFFICIENCY_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
                     "lm_head", "logits", "mixed_decode_attention")
 # Terms priced at another term's coefficient, not fitted on their own: the experts are GEMMs, and held
 # out their own coefficient did worse (cost_models/profiles/README.md, "Physics files").
-TIED_TERMS = {"moe_experts": "gemm"}
+TIED_TERMS = {"moe_experts": "gemm", "mixed_decode_rereads": "decode_kv_read"}
 FITTED_TERMS = tuple(t for t in TERMS if t not in TIED_TERMS)
-# The device terms: every term but the per-step overhead and the host's launch time.
-DEVICE = slice(1, len(TERMS) - 1)
+# A step's decode attention takes the longer of its CTAs' walks and its KV traffic (step_time_of);
+# the other device terms (all but the per-step overhead and the host's launch time) add up.
+WALKS = np.array([TERMS.index("mixed_decode_attention"), TERMS.index("mixed_decode_waves")])
+TRAFFIC = np.array([TERMS.index("decode_kv_read"), TERMS.index("mixed_decode_rereads")])
+LINEAR_DEVICE = np.array([i for i in range(1, len(TERMS) - 1) if i not in (*WALKS, *TRAFFIC)])
 TERM_UNITS = {
     "step_overhead": "s per step", "gemm": "1 / efficiency (of peak FLOP/s, or of bandwidth / gemm_balance)",
     "activation_traffic": "1 / bandwidth efficiency", "prefill_attention": "1 / FLOP/s efficiency",
@@ -99,138 +109,21 @@ TERM_UNITS = {
     "host_launch": "s per kernel launch on the host (eager; 0 under CUDA graphs)"}
 
 
-@dataclass(frozen=True, slots=True)
-class PhysicsWork:
-    """One model's per-rank work constants on one GPU: the features of a step are these times its
-    work counts (features())."""
-    groups: tuple           # (FLOPs per token / peak, weight bytes / bandwidth) per projection group
-    lm_head: tuple          # the same for the lm_head, per sampled row
-    activation_s_per_token: float
-    attention_s_per_pair: float
-    kv_s_per_token: float
-    prefill_kv_s_per_token: float   # the same per query head (prefill_kv_read)
-    logit_s_per_row: float
-    num_layers: int
-    launches_per_layer: float
-    mixed_launches_per_layer: float   # more, in a step that both prefills and decodes
-    gemm_tile_tokens: int
-    wave_heads: int = 1             # query heads per rank: a decode's CTAs in a mixed step
-    sm_count: int | None = None     # the GPU's SMs; None: mixed_decode_waves is not computed
-    router: tuple = (0.0, 0.0)      # MoE: the router's (FLOPs per token / peak, weight bytes / bandwidth)
-    expert: tuple = (0.0, 0.0)      # MoE: one expert pass's FLOPs / peak, one expert's bytes / bandwidth
-    num_experts: int = 0            # 0: a dense model (moe_experts is 0)
-    top_k: int = 0
-
-    def features(self, counts: tuple, gemm_balance: float) -> np.ndarray:
-        """The TERMS features of one step's work counts."""
-        return np.array(self.feature_list(counts, gemm_balance, max))
-
-    def feature_columns(self, counts: np.ndarray, gemm_balance: float) -> np.ndarray:
-        """features() of every row of a (steps x 8) array of work counts, as one array."""
-        return np.column_stack(np.broadcast_arrays(*self.feature_list(counts.T.astype(float), gemm_balance,
-                                                                      np.maximum)))
-
-    def feature_list(self, counts, gemm_balance: float, maximum) -> list:
-        """The one rule for the features, on scalars (``maximum`` = max) or on columns (np.maximum)."""
-        (tokens, decode_ctx, num_decodes, pairs, prefill_ctx, num_prefills, num_sampled, num_seqs) = counts
-        tile = self.gemm_tile_tokens
-        tiled = -(-tokens // tile) * tile   # a GEMM computes whole tiles of rows
-        gemm = sum(maximum(f * tiled, gemm_balance * w) for f, w in self.groups) * (tokens > 0)
-        f, w = self.lm_head
-        lm_head = maximum(f * num_sampled, gemm_balance * w) * (num_sampled > 0)
-        layers = self.num_layers * (num_seqs > 0)
-        mixed = (num_prefills > 0) * (num_decodes > 0)
-        launches = (self.launches_per_layer + self.mixed_launches_per_layer * mixed) * layers
-        return [1.0, gemm, self.activation_s_per_token * tokens, self.attention_s_per_pair * pairs,
-                self.kv_s_per_token * (decode_ctx + num_decodes), self.prefill_kv_s_per_token * prefill_ctx,
-                launches, layers * num_seqs, lm_head, self.logit_s_per_row * num_sampled,
-                self.attention_s_per_pair * (decode_ctx + num_decodes) * (num_prefills > 0),
-                self.decode_waves(num_decodes, decode_ctx, maximum) * (num_prefills > 0) * layers,
-                self.moe_blocks(tokens, tiled, gemm_balance, maximum), launches]
-
-    def moe_blocks(self, tokens, tiled, gemm_balance: float, maximum):
-        """The moe_experts feature: the router over the (tiled) tokens, and the experts: tokens x top_k
-        expert passes or the weights of the expected distinct experts the tokens touch, the longer."""
-        if not self.num_experts:
-            return 0.0 * tokens
-        (fr, wr), (fe, we) = self.router, self.expert
-        distinct = expected_distinct_experts(tokens, self.num_experts, self.top_k)
-        return (maximum(fr * tiled, gemm_balance * wr)
-                + maximum(fe * self.top_k * tokens, gemm_balance * we * distinct)) * (tokens > 0)
-
-    def decode_waves(self, num_decodes, decode_ctx, maximum):
-        """Waves of a step's (decode, query head) CTAs over the SMs x the keys of the mean decode
-        (its context and its own new key): per layer, the mixed_decode_waves feature."""
-        if self.sm_count is None:
-            return 0.0 * num_decodes
-        waves = -(-(num_decodes * self.wave_heads) // self.sm_count)
-        return waves * (decode_ctx + num_decodes) / maximum(num_decodes, 1)
-
-
-def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
-                 launches: tuple[int, int, int] = HARNESS_LAUNCHES, gemm_tile_tokens: int = 1) -> PhysicsWork:
-    """The work constants of ``spec`` on one of ``tp`` ranks of ``hardware``, at datasheet peaks."""
-    flops, bandwidth, b = hardware.bf16_flops, hardware.memory_bandwidth_Bps, spec.dtype_bytes
-    layers, hidden = spec.num_layers, spec.hidden_size
-    mats = 3 if spec.mlp_kind == "swiglu" else 2
-    ffn = spec.intermediate_size
-    ffn_weights = mats * hidden * ffn
-    group_params = (  # (params a token touches, params read) of one layer's group on one rank
-        (hidden * (spec.q_size + 2 * spec.kv_size),) * 2, (spec.q_size * hidden,) * 2,
-        ((mats - 1) * hidden * ffn, (mats - 1) / mats * ffn_weights), (ffn * hidden, ffn_weights / mats))
-
-    def group_of(p, w):
-        return 2 * layers * p / tp / flops, layers * w * b / tp / bandwidth
-    # An MoE model's MLP is its MoE block, which moe_experts prices (router and experts).
-    groups = tuple(group_of(p, w) for p, w in group_params[:2 if spec.is_moe else 4])
-    router, expert = hidden * spec.num_experts, mats * hidden * spec.moe_intermediate_size
-    vocab = spec.vocab_size
-    return PhysicsWork(
-        groups=groups,
-        lm_head=(2 * hidden * vocab / tp / flops, hidden * vocab * b / tp / bandwidth),
-        activation_s_per_token=layers * b * elementwise_elements_per_token(spec, tp, launches) / bandwidth,
-        attention_s_per_pair=2 * 2 * spec.q_size * layers / tp / flops,
-        kv_s_per_token=spec.kv_bytes_per_token(tp) / bandwidth,
-        prefill_kv_s_per_token=spec.kv_bytes_per_token(tp) * spec.query_heads_per_kv_head(tp) / bandwidth,
-        logit_s_per_row=2 * vocab * LOGIT_BYTES / tp / bandwidth,
-        num_layers=layers, launches_per_layer=launches_per_layer(spec, launches),
-        mixed_launches_per_layer=launches[2],
-        gemm_tile_tokens=gemm_tile_tokens, wave_heads=spec.num_attention_heads // tp,
-        sm_count=hardware.sm_count, router=group_of(router, router), expert=group_of(expert, expert),
-        num_experts=spec.num_experts, top_k=spec.num_experts_per_tok)
-
-
-def elementwise_elements_per_token(spec: ModelSpec, tp: int, launches: tuple[int, int, int]) -> float:
-    """Activation elements one token moves through one layer's elementwise kernels on one rank.
-
-    An engine of fused kernels (one launch a norm: vLLM) is counted kernel by kernel: two fused
-    add + RMSNorms read the hidden state and the residual and write both, RoPE and the QK-norm
-    rewrite q and k in place, SiLU-and-mul reads the gate and up halves and writes their product
-    (an MoE model's per routed expert, plus the router's logits). The projections' own inputs and
-    outputs are the GEMM kernels' traffic, in ``gemm``. The harness's chain of unfused kernels keeps
-    the roofline's coarser count (cost_models/roofline.py), which its timings fit better than a
-    kernel-by-kernel count of the 8-kernel norms (cost_models/profiles/README.md).
-    """
-    if launches[1] != 1:
-        return _activation_elements_per_token(spec, tp)
-    heads = spec.q_size + spec.kv_size
-    if spec.is_moe:
-        mlp = spec.num_experts_per_tok * 3 * spec.moe_intermediate_size + spec.num_experts
-    else:
-        mlp = (3 if spec.mlp_kind == "swiglu" else 2) * spec.intermediate_size
-    return 8 * spec.hidden_size + (2 * heads * (2 if spec.qk_norm else 1) + mlp) / tp
-
-
 def coefficient_vector(coefficients: dict) -> np.ndarray:
     """The TERMS coefficients of a {FITTED_TERMS: value} dict, each tied term at its source's."""
     return np.array([float(coefficients[TIED_TERMS.get(t, t)]) for t in TERMS])
 
 
+def device_time_of(coef: np.ndarray, features: np.ndarray):
+    """The device's work: the linear terms, plus the longer of the decodes' walks and KV traffic."""
+    return coef[LINEAR_DEVICE] @ features[LINEAR_DEVICE] + np.maximum(coef[WALKS] @ features[WALKS],
+                                                                      coef[TRAFFIC] @ features[TRAFFIC])
+
+
 def step_time_of(coef: np.ndarray, features: np.ndarray):
     """The physics rule: overhead + the longer of the host's launches and the device's work; of one
     step's features, or of columns (features of many steps, one per column)."""
-    device_s = coef[DEVICE] @ features[DEVICE]
-    return coef[0] * features[0] + np.maximum(coef[-1] * features[-1], device_s)
+    return coef[0] * features[0] + np.maximum(coef[-1] * features[-1], device_time_of(coef, features))
 
 
 @dataclass(frozen=True)
@@ -271,9 +164,12 @@ class PhysicsCostModel(PricedByCounts):
         if isinstance(self.attention_query_tile, bool) or not isinstance(self.attention_query_tile, int) \
                 or self.attention_query_tile < 1:
             raise ValueError(f"attention_query_tile: {self.attention_query_tile!r} is not a whole number of rows >= 1")
-        if self.coefficients["mixed_decode_waves"] > 0 and self.hardware.sm_count is None:
-            raise ValueError(f"hardware.sm_count: unknown for {self.hardware.name!r}; the physics term "
-                             f"mixed_decode_waves needs it (give sm_count in an inline spec)")
+        if self.coefficients["mixed_decode_waves"] > 0:
+            for field_name, value in (("sm_count", self.hardware.sm_count), ("l2_mib", self.hardware.l2_bytes)):
+                if value is None:
+                    raise ValueError(f"hardware.{field_name}: unknown for {self.hardware.name!r}; the physics "
+                                     f"terms mixed_decode_waves and mixed_decode_rereads need it (give "
+                                     f"{field_name} in an inline spec)")
         object.__setattr__(self, "_work", physics_work(self.model, self.hardware, self.tensor_parallel_size,
                                                         self.launches, self.gemm_tile_tokens))
         object.__setattr__(self, "_coef", coefficient_vector(self.coefficients))

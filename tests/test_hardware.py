@@ -32,7 +32,8 @@ def test_h100_figures_are_the_datasheet_ones():
     hw = load_hardware("h100-sxm")
     assert hw == HardwareSpec(name="h100-sxm", memory_bytes=80 * GiB, memory_bandwidth_Bps=3350e9,
                               bf16_flops=989e12, fp8_flops=1979e12,
-                              interconnect_bandwidth_Bps=900e9, source=hw.source, link="nvlink", sm_count=132)
+                              interconnect_bandwidth_Bps=900e9, source=hw.source, link="nvlink", sm_count=132,
+                              l2_bytes=50 * 2**20)
 
 
 def test_sm_counts_are_the_sourced_ones_and_none_where_unsourced():
@@ -42,12 +43,24 @@ def test_sm_counts_are_the_sourced_ones_and_none_where_unsourced():
     assert all("SMs:" in load_hardware(n).source for n in expected)
 
 
+def test_l2_sizes_are_the_sourced_ones_and_none_where_unsourced():
+    expected = {"a100-40gb": 40, "a100-80gb": 40, "h100-sxm": 50, "h200": 50, "l40s": 96, "l4": 48,
+                "rtx-4090": 72, "rtx-pro-6000": 128, "gb10": None, "b200": None, "mi300x": None}
+    sizes = {n: load_hardware(n).l2_bytes for n in expected}
+    assert sizes == {n: mib and mib * 2**20 for n, mib in expected.items()}
+    assert all("L2:" in load_hardware(n).source for n, mib in expected.items() if mib)
+    inline = {"memory_gib": 8, "memory_bandwidth_GBps": 100, "bf16_tflops": 10}
+    assert load_hardware({**inline, "l2_mib": 4}).l2_bytes == 4 * 2**20 and load_hardware(inline).l2_bytes is None
+
+
 def test_inline_sm_count_is_optional_and_checked():
     base = {"memory_gib": 8, "memory_bandwidth_GBps": 100, "bf16_tflops": 10}
     assert load_hardware(base).sm_count is None
     assert load_hardware({**base, "sm_count": 40}).sm_count == 40
     with pytest.raises(ValueError, match="hardware.sm_count: 1.5 is not a positive integer"):
         load_hardware({**base, "sm_count": 1.5})
+    with pytest.raises(ValueError, match="hardware.l2_mib: 'big' is not a positive number"):
+        load_hardware({**base, "l2_mib": "big"})
 
 
 def test_interconnect_figures_per_family():

@@ -12,7 +12,8 @@ from cost_models.fit.physics_fit import (PhysicsFit, PhysicsSamples, fit_physics
                                          row_weights)
 from cost_models.hardware import load_hardware
 from cost_models.model_spec import load_model
-from cost_models.physics import EFFICIENCY_TERMS, FITTED_TERMS, TERMS, physics_work
+from cost_models.physics import EFFICIENCY_TERMS, FITTED_TERMS, TERMS
+from cost_models.physics_work import physics_work
 
 REFERENCE = Path(__file__).resolve().parents[1] / ".." / "shared" / "reference"
 LSS_LLAMA = REFERENCE / "llmservingsim" / "profiles" / "RTXPRO6000" / "meta-llama" / "Llama-3.1-8B" / "bf16"

@@ -25,8 +25,9 @@ from cost_models.fit.report import family_errors
 from cost_models.hardware import HardwareSpec
 from cost_models.launches import HARNESS_LAUNCHES
 from cost_models.model_spec import ModelSpec
-from cost_models.physics import (DEVICE, EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, TERMS, TIED_TERMS,
-                                  coefficient_vector, physics_work, step_time_of)
+from cost_models.physics import (EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, TERMS, TIED_TERMS, TRAFFIC,
+                                  WALKS, coefficient_vector, device_time_of, step_time_of)
+from cost_models.physics_work import physics_work
 
 _BALANCE_GRID = np.geomspace(1.0, 8.0, 25)   # >= 1: with gemm >= 1, no weight read beats peak bandwidth
 _GOLDEN_STEPS = 20
@@ -67,9 +68,11 @@ class PhysicsSamples:
         return self.part == STEP
 
     def features(self, balance: float, gemm_tile_tokens: int = 1) -> np.ndarray:
-        if "mixed_decode_waves" in self.measured and self.hardware.sm_count is None:
-            raise ValueError(f"hardware.sm_count: unknown for {self.hardware.name!r}; {self.source} measures "
-                             f"mixed_decode_waves, which needs it")
+        for term, field_name, value in (("mixed_decode_waves", "sm_count", self.hardware.sm_count),
+                                        ("mixed_decode_rereads", "l2_mib", self.hardware.l2_bytes)):
+            if term in self.measured and value is None:
+                raise ValueError(f"hardware.{field_name}: unknown for {self.hardware.name!r}; {self.source} "
+                                 f"measures {term}, which needs it")
         work = physics_work(self.spec, self.hardware, self.tensor_parallel_size, self.launches, gemm_tile_tokens)
         mask = np.array([t in self.measured for t in TERMS], float)
         return work.feature_columns(self.counts, balance) * mask
@@ -113,8 +116,8 @@ def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = Fal
 
     def loss(balance: float) -> tuple[float, np.ndarray]:
         features = _design(samples, balance, tile)
-        coef = _fit_branches(_tie(features) / y[:, None], host_bound, floor, base)
-        residual = (_predict(features, _untie(coef)) / y - 1) * base
+        coef = _fit_branches(features / y[:, None], host_bound, floor, base)
+        residual = (_predict(features, coef) / y - 1) * base
         return float(residual @ residual), coef
     losses = [loss(b)[0] for b in _BALANCE_GRID]
     best = int(np.argmin(losses))
@@ -131,7 +134,7 @@ def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = Fal
     if losses[best] < loss(balance)[0]:
         balance = float(_BALANCE_GRID[best])
     features = _design(samples, balance, tile)
-    coef = _untie(_refine_l1(_tie(features) / y[:, None], loss(balance)[1], host_bound, floor, base))
+    coef = _refine_l1(features / y[:, None], loss(balance)[1], host_bound, floor, base)
     predicted = _predict(features, coef)
     families = [f for s in samples for f in s.families]
     steps = np.concatenate([np.full(len(s.shapes), s.is_step) for s in samples])
@@ -210,16 +213,20 @@ def _predict(features: np.ndarray, coef: np.ndarray) -> np.ndarray:
 
 
 def _branch_design(a: np.ndarray, coef: np.ndarray | None, host_bound: bool) -> np.ndarray:
-    """The rows' features with the branch of the max that does not bind zeroed: a step bound by
-    the host keeps the overhead and the host column, one bound by the device the rest."""
+    """The rows' features with the branch of each max that does not bind zeroed, then tied
+    (TIED_TERMS): a step's decodes keep their walks or their KV traffic, the longer (the walks first,
+    where a step has any); a step bound by the host keeps the overhead and the host column, one
+    bound by the device the rest."""
     out = a.copy()
     out[:, -1] = 0.0
-    if not host_bound or coef is None:
-        return out
-    host = a[:, -1] * coef[-1] > a[:, DEVICE] @ coef[DEVICE]
-    out[host, DEVICE] = 0.0
-    out[host, -1] = a[host, -1]
-    return out
+    walks = a[:, WALKS].any(axis=1) if coef is None else a[:, WALKS] @ coef[WALKS] > a[:, TRAFFIC] @ coef[TRAFFIC]
+    out[np.ix_(walks, TRAFFIC)] = 0.0
+    out[np.ix_(~walks, WALKS)] = 0.0
+    if host_bound and coef is not None:
+        host = a[:, -1] * coef[-1] > device_time_of(coef, a.T)
+        out[host, 1:-1] = 0.0
+        out[host, -1] = a[host, -1]
+    return _tie(out)
 
 
 def _nnls_with_prior(design: np.ndarray, weight: np.ndarray, floor: np.ndarray) -> np.ndarray:
@@ -240,15 +247,16 @@ def _nnls_with_prior(design: np.ndarray, weight: np.ndarray, floor: np.ndarray) 
 
 def _fit_branches(a: np.ndarray, host_bound: bool, floor: np.ndarray,
                   weight: np.ndarray | None = None) -> np.ndarray:
-    """NNLS of the max form: fit, see which branch binds each row, refit, until the branches settle."""
+    """NNLS of the max forms: fit, see which branch binds each row, refit, until the branches
+    settle. ``a``: the rows' features over their times, untied; the coefficients come back untied."""
     weight = np.ones(len(a)) if weight is None else weight
-    coef = _nnls_with_prior(_branch_design(a, None, False), weight, floor)
-    if not host_bound:
+    coef = _untie(_nnls_with_prior(_branch_design(a, None, False), weight, floor))
+    if host_bound:
+        coef[-1] = float(np.median(1 / a[:, -1]))   # start: every row host-bound at its median rate
+    elif not a[:, WALKS].any():
         return coef
-    coef[-1] = float(np.median(1 / a[:, -1]))   # start: every row host-bound at its median rate
     for _ in range(_BRANCH_STEPS):
-        design = _branch_design(a, coef, True)
-        new = _nnls_with_prior(design, weight, floor)
+        new = _untie(_nnls_with_prior(_branch_design(a, coef, host_bound), weight, floor))
         if np.allclose(new, coef, rtol=1e-9, atol=0):
             break
         coef = new

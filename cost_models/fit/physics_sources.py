@@ -37,7 +37,7 @@ from cost_models.physics import TERMS
 
 KERNEL_SUM_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
                     "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
-                    "mixed_decode_waves", "moe_experts")
+                    "mixed_decode_waves", "mixed_decode_rereads", "moe_experts")
 SEQUENCE_TERMS = ("lm_head", "logits")
 # Vidur's dense operators are timed against tokens alone: no cost per sequence (layer_seq).
 DENSE_TERMS = ("gemm", "activation_traffic", "layer_launch")
@@ -53,7 +53,8 @@ LOG_TERMS = ("step_overhead", "gemm", "prefill_attention", "decode_kv_read", "pr
 
 
 # The harness attends each group of a step (the chunk, the decodes) with its own SDPA call.
-HARNESS_TERMS = tuple(t for t in TERMS if t not in ("mixed_decode_attention", "mixed_decode_waves"))
+HARNESS_TERMS = tuple(t for t in TERMS if t not in ("mixed_decode_attention", "mixed_decode_waves",
+                                                    "mixed_decode_rereads"))
 
 
 def from_step_timings(path: Path, model: str, mode: str, hardware: str) -> PhysicsSamples:
