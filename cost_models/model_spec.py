@@ -37,6 +37,7 @@ class ModelSpec:
     dtype_bytes: int = 2                 # bf16/fp16 activations, unquantized weights, "auto" KV
     quantization: str = "none"           # the linear weights' format (cost_models/precision.py)
     kv_cache_dtype: str = "auto"         # vLLM's --kv-cache-dtype
+    expert_parallel: bool = False        # vLLM's --enable-expert-parallel: experts whole on the TP ranks
     # Hybrid models: the layers (of num_layers) whose mixer keeps a fixed state instead of KV.
     state_layers: StateLayers | None = None
 
@@ -130,6 +131,14 @@ class ModelSpec:
     def query_heads_per_kv_head(self, tensor_parallel_size: int = 1) -> float:
         """Query heads that share one KV head on a rank (KV heads split as kv_bytes_per_token has it)."""
         return self.num_attention_heads / tensor_parallel_size / max(1, self.num_kv_heads // tensor_parallel_size)
+
+    def with_expert_parallel(self, enabled: bool) -> "ModelSpec":
+        """vLLM's ``--enable-expert-parallel``: an MoE model's experts placed whole on the tensor-parallel
+        ranks (cost_models/moe.py expert_load); refused for a dense model, which has none."""
+        if enabled and not self.is_moe:
+            raise ValueError(f"engine.enable_expert_parallel: true, but {self.name} has no experts "
+                             f"(a dense model; expert parallelism needs an MoE model)")
+        return replace(self, expert_parallel=bool(enabled))
 
     def with_max_model_len(self, max_model_len: int) -> "ModelSpec":
         return replace(self, max_model_len=max_model_len)

@@ -12,14 +12,20 @@ fraction of the experts, a long prefill all of them. Real routers are skewed tow
 experts, which touches fewer distinct experts than this; the uniform draw is the upper bound the
 weight reads follow without a routing trace.
 
-Expert FLOPs follow the routed tokens (T x k expert passes), not the distinct experts. Expert
-parallelism (experts placed whole on ranks, E/N each) and tensor parallelism (every expert split
-N ways) read the same expected bytes and do the same expected FLOPs per rank; they differ in the
-busiest rank's share and in the all-to-all, which this mean-field count leaves out.
+Expert FLOPs follow the routed tokens (T x k expert passes), not the distinct experts. Tensor
+parallelism splits every expert N ways, so each rank does 1/N of the passes and reads 1/N of each
+touched expert. Expert parallelism (vLLM's --enable-expert-parallel, docs/expert-parallel-semantics.md)
+places E/N whole experts on each rank instead, and a layer waits for its busiest rank: the
+expected most passes and most distinct experts over the ranks (expert_load), which the mean-field
+count of tensor parallelism never exceeds.
 """
 from __future__ import annotations
 
+import functools
+import math
 from bisect import bisect_right
+
+import numpy as np
 
 
 def expected_distinct_experts(num_routed_tokens, num_experts: int, top_k: int):
@@ -29,6 +35,44 @@ def expected_distinct_experts(num_routed_tokens, num_experts: int, top_k: int):
         return 0.0 * num_routed_tokens
     miss = (1.0 - top_k / num_experts) ** num_routed_tokens
     return num_experts * (1.0 - miss) * (num_routed_tokens > 0)
+
+
+def expert_load(num_tokens: int, num_experts: int, top_k: int, ranks: int = 1,
+                expert_parallel: bool = False) -> tuple[float, float]:
+    """(routed tokens, distinct experts) one MoE layer's experts are priced at, in units of the
+    whole layer's: a rank's time is top_k x the first expert passes and the second expert reads,
+    each of one expert over ``ranks``.
+
+    Tensor parallel, or one rank: the T tokens and E (1 - (1 - k/E)^T) distinct experts, each rank a
+    1/ranks slice of every one. Expert parallel over N ranks: a rank's routed passes are
+    Binomial(T k, 1/N) and its distinct experts Binomial(E/N, 1 - (1 - k/E)^T), taken as independent
+    across ranks, and the layer waits for the busiest: N x the expected maximum of each (the passes
+    as tokens, over k).
+    """
+    distinct = expected_distinct_experts(num_tokens, num_experts, top_k)
+    if not expert_parallel or ranks <= 1 or num_tokens <= 0:
+        return num_tokens, distinct
+    hit = distinct / num_experts
+    return (ranks * expected_max_binomial(num_tokens * top_k, 1.0 / ranks, ranks) / top_k,
+            ranks * expected_max_binomial(num_experts // ranks, hit, ranks))
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def expected_max_binomial(trials: int, p: float, draws: int) -> float:
+    """E[max of ``draws`` independent Binomial(trials, p)] = sum over x >= 1 of 1 - F(x - 1)^draws,
+    F the binomial CDF, summed where it is neither 0 nor 1 (12 standard deviations about the mean;
+    the mass beyond is below 1e-30)."""
+    if trials <= 0 or p <= 0.0:
+        return 0.0
+    if p >= 1.0 or draws == 1:
+        return trials * p
+    mean, sd = trials * p, math.sqrt(trials * p * (1.0 - p))
+    lo, hi = max(0, math.floor(mean - 12 * sd)), min(trials, math.ceil(mean + 12 * sd))
+    x = np.arange(lo, hi + 1)
+    log_pmf = (math.lgamma(trials + 1) - np.array([math.lgamma(k + 1) + math.lgamma(trials - k + 1) for k in x])
+               + x * math.log(p) + (trials - x) * math.log1p(-p))
+    cdf = np.minimum(np.cumsum(np.exp(log_pmf)), 1.0)   # F(lo) .. F(hi)
+    return lo + float(np.sum(1.0 - cdf[:-1] ** draws))  # x <= lo: certain; x > hi: none
 
 
 class ExpertTable:

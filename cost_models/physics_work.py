@@ -10,7 +10,7 @@ import numpy as np
 from cost_models.hardware import HardwareSpec
 from cost_models.launches import HARNESS_LAUNCHES, launches_per_layer
 from cost_models.model_spec import ModelSpec
-from cost_models.moe import expected_distinct_experts
+from cost_models.moe import expert_load
 from cost_models.roofline import LOGIT_BYTES, _activation_elements_per_token
 
 
@@ -37,6 +37,8 @@ class PhysicsWork:
     expert: tuple = (0.0, 0.0)      # MoE: one expert pass's FLOPs / peak, one expert's bytes / bandwidth
     num_experts: int = 0            # 0: a dense model (moe_experts is 0)
     top_k: int = 0
+    expert_ranks: int = 1           # ranks the experts are spread over; 1: each rank a slice of every one
+    expert_parallel: bool = False   # experts whole on the ranks: priced at the busiest (moe.expert_load)
 
     def features(self, counts: tuple, gemm_balance: float) -> np.ndarray:
         """The TERMS features of one step's work counts."""
@@ -68,14 +70,25 @@ class PhysicsWork:
                 self.moe_blocks(tokens, tiled, gemm_balance, maximum), launches]
 
     def moe_blocks(self, tokens, tiled, gemm_balance: float, maximum):
-        """The moe_experts feature: the router over the (tiled) tokens, and the experts: tokens x top_k
-        expert passes or the weights of the expected distinct experts the tokens touch, the longer."""
+        """The moe_experts feature: the router over the (tiled) tokens, and the experts: the routed
+        tokens x top_k expert passes or the weights of the distinct experts they touch, the longer
+        (moe.expert_load: the busiest rank's under expert parallelism)."""
         if not self.num_experts:
             return 0.0 * tokens
         (fr, wr), (fe, we) = self.router, self.expert
-        distinct = expected_distinct_experts(tokens, self.num_experts, self.top_k)
+        routed, distinct = self.expert_load(tokens)
         return (maximum(fr * tiled, gemm_balance * wr)
-                + maximum(fe * self.top_k * tokens, gemm_balance * we * distinct)) * (tokens > 0)
+                + maximum(fe * self.top_k * routed, gemm_balance * we * distinct)) * (tokens > 0)
+
+    def expert_load(self, tokens):
+        """moe.expert_load of a step's tokens, or of a column of them (one call per distinct count)."""
+        def load(t):
+            return expert_load(int(t), self.num_experts, self.top_k, self.expert_ranks, self.expert_parallel)
+        if np.ndim(tokens) == 0:
+            return load(tokens)
+        values, inverse = np.unique(tokens, return_inverse=True)
+        loads = np.array([load(t) for t in values])
+        return loads[inverse, 0], loads[inverse, 1]
 
     def decode_waves(self, num_decodes, decode_ctx, maximum):
         """Waves of a step's (decode, query head) CTAs over the SMs x the keys of the mean decode
@@ -133,7 +146,8 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
         sm_count=hardware.sm_count, query_group=spec.query_heads_per_kv_head(tp),
         l2_keys=hardware.l2_bytes / (2 * spec.head_dim_ * spec.kv_dtype_bytes) if hardware.l2_bytes else None,
         router=group_of(router, router), expert=group_of(expert, expert),
-        num_experts=spec.num_experts, top_k=spec.num_experts_per_tok)
+        num_experts=spec.num_experts, top_k=spec.num_experts_per_tok, expert_ranks=tp,
+        expert_parallel=spec.expert_parallel)
 
 
 def elementwise_elements_per_token(spec: ModelSpec, tp: int, launches: tuple[int, int, int]) -> float:

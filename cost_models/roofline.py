@@ -25,7 +25,7 @@ from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
 from cost_models.launches import VLLM_LAUNCHES, launches_per_layer
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
-from cost_models.moe import expected_distinct_experts
+from cost_models.moe import expert_load
 from cost_models.precision import linear_peak_flops
 from cost_models.roofline_defaults import DEFAULTED, roofline_defaults
 
@@ -132,10 +132,13 @@ class RooflineCostModel:
         """The terms that depend on the token and sampled-row counts only: the linear layers,
         the lm_head and sampler, the all-reduces (0.0 where absent: adding it changes nothing)."""
         k = self._k
-        weight_s = k.dense_weight_s
-        if k.expert_s:
-            weight_s += k.expert_s * expected_distinct_experts(tokens, k.num_experts, k.top_k)
-        linear_s = max(k.linear_s_per_token * tokens, weight_s + k.activation_s_per_token * tokens)
+        weight_s, compute_s = k.dense_weight_s, k.linear_s_per_token * tokens
+        if k.expert_s:   # linear_s_per_token holds the mean rank's expert passes; the busiest's excess added
+            routed, distinct = expert_load(tokens, k.num_experts, k.top_k, self.tensor_parallel_size,
+                                           self.model.expert_parallel)
+            weight_s += k.expert_s * distinct
+            compute_s += k.expert_pass_s * k.top_k * (routed - tokens)
+        linear_s = max(compute_s, weight_s + k.activation_s_per_token * tokens)
         sampling_s = k.sampling_s(num_sampled) if num_sampled else 0.0
         allreduce_s = (k.allreduces * ring_allreduce_s(k.allreduce_bytes_per_token * tokens,
                                                        self.tensor_parallel_size, self.hardware,
@@ -159,6 +162,7 @@ class _PerRank:
     linear_s_per_token: float      # GEMM FLOPs of one token through every layer
     dense_weight_s: float          # reading the non-expert weights once per step
     expert_s: float                # reading one expert of every layer (MoE; 0 for dense models)
+    expert_pass_s: float           # one token's pass through one expert of every layer
     num_experts: int
     top_k: int
     activation_s_per_token: float  # activation traffic of one token through the linear layers
@@ -210,6 +214,7 @@ def _per_rank(m: RooflineCostModel) -> _PerRank:
         linear_s_per_token=2 * active / tp / linear_flops,
         dense_weight_s=(dense_linear * wb + (layers * router * b if spec.is_moe else 0)) / tp / bandwidth,
         expert_s=layers * expert * wb / tp / bandwidth if spec.is_moe else 0.0,
+        expert_pass_s=2 * layers * expert / tp / linear_flops,
         num_experts=spec.num_experts,
         top_k=spec.num_experts_per_tok,
         activation_s_per_token=_activation_s_per_token(spec, tp, b, bandwidth),

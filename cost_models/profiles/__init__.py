@@ -176,6 +176,10 @@ def build_profiled(options: dict, model, hardware, tensor_parallel_size: int,
         warnings.warn(f"cost model {data['name']!r} was measured on model {data['model']!r}, "
                       f"the scenario runs {model.name!r}", RuntimeWarning, stacklevel=2)
     _check_precision(model, data)
+    if getattr(model, "expert_parallel", False) and tensor_parallel_size > 1:
+        raise ValueError(f"engine.enable_expert_parallel: kernel tables ({data['name']!r}) time the experts as "
+                         f"measured, split over the ranks; price expert parallelism with cost_model.kind "
+                         f"physics or roofline")
     return load_cost_model(data, tensor_parallel_size, _overhead(overhead))
 
 

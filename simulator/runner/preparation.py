@@ -107,6 +107,14 @@ def _model(scenario: Scenario) -> ModelSpec:
     engine = scenario.engine
     model = load_model(scenario.model).with_precision(engine.dtype, engine.quantization,
                                                       engine.kv_cache_dtype)
+    if engine.enable_expert_parallel and engine.num_replicas > 1:
+        raise ScenarioError(f"engine.enable_expert_parallel: true with engine.num_replicas {engine.num_replicas}: "
+                            f"vLLM spreads the experts over every data-parallel rank, which independent "
+                            f"replicas do not model; allowed with engine.num_replicas 1")
+    try:
+        model = model.with_expert_parallel(engine.enable_expert_parallel)
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
     wanted = scenario.engine.max_model_len
     if wanted is None:
         return model

@@ -75,6 +75,9 @@ class EngineOptions:
     dtype: Literal[DTYPES] = "auto"
     quantization: Literal[QUANTIZATIONS] | None = None
     kv_cache_dtype: Literal[KV_CACHE_DTYPES] = "auto"
+    # vLLM's --enable-expert-parallel: an MoE model's experts whole on the tensor-parallel ranks
+    # (docs/expert-parallel-semantics.md); no effect at tensor_parallel_size 1, as in vLLM.
+    enable_expert_parallel: Bool = False
 
 
 @options_config
