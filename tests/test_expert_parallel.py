@@ -128,3 +128,6 @@ def test_a_scenario_turns_expert_parallelism_on_or_says_why_not(tmp_path):
         bad = _run(tmp_path, engine, model)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr
         assert len(bad.stderr.strip().splitlines()) == 1
+    # E2: MoE replicas without the flag run, and say what they leave out.
+    replicas = _run(tmp_path, {"tensor_parallel_size": 2, "num_replicas": 2})
+    assert replicas.returncode == 0 and "vLLM's data-parallel ranks share the MoE layers" in replicas.stderr

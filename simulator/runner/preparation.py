@@ -2,6 +2,7 @@
 starts (catalogs, KV capacity, memory, requests that cannot run alone)."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from typing import Sequence
 
@@ -115,6 +116,10 @@ def _model(scenario: Scenario) -> ModelSpec:
         model = model.with_expert_parallel(engine.enable_expert_parallel)
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
+    if model.is_moe and engine.num_replicas > 1:   # docs/expert-parallel-semantics.md, E2
+        warnings.warn(f"engine.num_replicas: {engine.num_replicas} replicas of MoE model {model.name} are priced "
+                      f"as independent engines; vLLM's data-parallel ranks share the MoE layers and step "
+                      f"together, which is not modelled", RuntimeWarning, stacklevel=2)
     wanted = scenario.engine.max_model_len
     if wanted is None:
         return model
