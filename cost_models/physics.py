@@ -45,7 +45,8 @@ never measured from its config alone.
 - ``mixed_decode_rereads``: the same decodes' KV read again by the other query heads of each KV head
   (PhysicsWork.rereads): none while one KV head's keys over the step's decodes fit in the GPU's L2
   (hardware.csv ``l2_mib``), else once for each run of SMs that the group's CTAs span. Priced at
-  decode_kv_read's coefficient (TIED_TERMS): the same DRAM, read again.
+  decode_kv_read's coefficient (TIED_TERMS): the same DRAM, read again; and only where the walks
+  were measured (GATED_BY): a file without them (the H200 harness's, Vidur's) prices none.
 - ``moe_experts``: an MoE model's MoE blocks (0 for a dense one, whose MLP is in ``gemm``): the
   router as a projection group over every token, and the experts at max(FLOPs of tokens x top_k
   expert passes / peak, gemm_balance x the weight bytes of the expected distinct experts the
@@ -92,6 +93,10 @@ EFFICIENCY_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_k
 # Terms priced at another term's coefficient, not fitted on their own: the experts are GEMMs, and held
 # out their own coefficient did worse (cost_models/profiles/README.md, "Physics files").
 TIED_TERMS = {"moe_experts": "gemm", "mixed_decode_rereads": "decode_kv_read"}
+# Tied terms priced only where another term was measured: the re-reads where the decodes' walks
+# were (mixed_decode_waves > 0: a kernel that gives each decode and query head a CTA of its own);
+# elsewhere a mixed step's decodes share their KV reads, as a decode kernel's packed heads do.
+GATED_BY = {"mixed_decode_rereads": "mixed_decode_waves"}
 FITTED_TERMS = tuple(t for t in TERMS if t not in TIED_TERMS)
 # A step's decode attention takes the longer of its CTAs' walks and its KV traffic (step_time_of);
 # the other device terms (all but the per-step overhead and the host's launch time) add up.
@@ -109,9 +114,17 @@ TERM_UNITS = {
     "host_launch": "s per kernel launch on the host (eager; 0 under CUDA graphs)"}
 
 
+def tied_coefficient(term: str, value_of) -> float:
+    """A tied term's coefficient: its source's (TIED_TERMS), or 0 where its gate (GATED_BY) is 0;
+    ``value_of(name)`` reads a fitted term's coefficient."""
+    gate = GATED_BY.get(term)
+    return float(value_of(TIED_TERMS[term])) if gate is None or value_of(gate) > 0 else 0.0
+
+
 def coefficient_vector(coefficients: dict) -> np.ndarray:
-    """The TERMS coefficients of a {FITTED_TERMS: value} dict, each tied term at its source's."""
-    return np.array([float(coefficients[TIED_TERMS.get(t, t)]) for t in TERMS])
+    """The TERMS coefficients of a {FITTED_TERMS: value} dict, each tied term as tied_coefficient has it."""
+    return np.array([tied_coefficient(t, coefficients.__getitem__) if t in TIED_TERMS else float(coefficients[t])
+                     for t in TERMS])
 
 
 def device_time_of(coef: np.ndarray, features: np.ndarray):

@@ -68,6 +68,10 @@ def test_a_mixed_step_takes_the_longer_of_its_walks_and_its_kv_traffic():
     # Decodes alone: no walks in a prefill kernel, their KV read once.
     decodes = BatchShape.of([1] * 128, [16384] * 128)
     assert model.step_time_s(decodes) == pytest.approx(1e-12 * KV_BYTES * 128 * 16385, rel=1e-12)
+    # A file whose sources never measured the walks (the H200 harness: mixed_decode_waves 0) gives
+    # its decodes a kernel of their own: read once, no re-reads.
+    own_kernel = PhysicsCostModel(LLAMA_8B, GPU, {**coefficients, "mixed_decode_waves": 0.0}, 1.0)
+    assert own_kernel.step_time_s(_mixed(128, 16384)) == pytest.approx(1e-12 * KV_BYTES * 128 * 16385, rel=1e-12)
 
 
 def _grid() -> list[BatchShape]:

@@ -26,7 +26,7 @@ from cost_models.hardware import HardwareSpec
 from cost_models.launches import HARNESS_LAUNCHES
 from cost_models.model_spec import ModelSpec
 from cost_models.physics import (EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, TERMS, TIED_TERMS, TRAFFIC,
-                                  WALKS, coefficient_vector, device_time_of, step_time_of)
+                                  WALKS, coefficient_vector, device_time_of, step_time_of, tied_coefficient)
 from cost_models.physics_work import physics_work
 
 _BALANCE_GRID = np.geomspace(1.0, 8.0, 25)   # >= 1: with gemm >= 1, no weight read beats peak bandwidth
@@ -172,10 +172,10 @@ def _tie(features: np.ndarray) -> np.ndarray:
 
 
 def _untie(coef: np.ndarray) -> np.ndarray:
-    """Coefficients of the tied design with each tied term at its source's."""
+    """Coefficients of the tied design with each tied term as the model prices it (tied_coefficient)."""
     coef = coef.copy()
-    for term, source in _TIED:
-        coef[term] = coef[source]
+    for term, _ in _TIED:
+        coef[term] = tied_coefficient(TERMS[term], lambda name: coef[TERMS.index(name)])
     return coef
 
 
