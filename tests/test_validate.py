@@ -263,8 +263,11 @@ def test_validate_llmservingsim_run_end_to_end(tmp_path):
                              "data_parallel_size", "block_size",
                              "num_gpu_blocks", "gpu_memory_utilization", "max_model_len", "dtype",
                              "kv_cache_dtype", "quantization", "max_num_seqs", "max_num_batched_tokens",
-                             "enable_chunked_prefill", "enable_prefix_caching", "async_scheduling"}
+                             "enable_chunked_prefill", "enable_prefix_caching", "async_scheduling",
+                                 "enable_expert_parallel"}
     assert settings["max_num_seqs"] == "max_num_seqs 128: recorded (meta.json engine_kwargs.max_num_seqs)"
+    assert settings["enable_expert_parallel"] == ("enable_expert_parallel false: recorded "
+                                                  "(meta.json engine_kwargs.enable_expert_parallel)")
     assert settings["pipeline_parallel_size"] == "pipeline_parallel_size 1: derived (not recorded: vLLM's default)"
     assert settings["num_gpu_blocks"] == ("num_gpu_blocks 37112: derived (not recorded: from GPU memory at "
                                           "gpu_memory_utilization 0.92, per engine)")

@@ -255,6 +255,22 @@ def test_a_recorded_fp8_quantization_reaches_the_scenario(tmp_path):
     assert "  quantization fp8: recorded (meta.json resolved_config.model_config.quantization 'fp8')" in report["notes"]
 
 
+def test_a_recorded_expert_parallel_run_reaches_the_scenario_or_says_why_not(tmp_path):
+    # docs/expert-parallel-semantics.md: E1 within one engine; E2 refused across data-parallel ranks.
+    meta = _meta()
+    meta["resolved_config"]["parallel_config"].update(tensor_parallel_size=2, data_parallel_size=1,
+                                                      enable_expert_parallel=True)
+    meta["engine_kwargs"].update(tensor_parallel_size=2, data_parallel_size=1)
+    report, _ = _validate(tmp_path / "out", str(_run_folder(tmp_path, meta)))
+    assert report["scenario"]["engine"]["enable_expert_parallel"] is True
+    assert any(n.startswith("  enable_expert_parallel true: recorded") for n in report["notes"])
+    coupled = _meta()
+    coupled["resolved_config"]["parallel_config"]["enable_expert_parallel"] = True
+    result = CliRunner().invoke(main, ["validate", str(_run_folder(tmp_path, coupled, "RTXPRO6000-Qwen3-30B-dp")), "--cost-model",
+                                       "roofline", "--no-plots", "-o", str(tmp_path / "out2")])
+    assert result.exit_code == 2 and "engine.enable_expert_parallel: true with engine.num_replicas 2" in result.output
+
+
 def test_a_recorded_method_without_a_format_asks_for_the_config(tmp_path):
     meta = _meta()
     meta["resolved_config"]["model_config"]["quantization"] = "awq"

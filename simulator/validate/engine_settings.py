@@ -109,6 +109,7 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
     pp = _pipeline_parallel(record)
     tp = choose(record, "tensor_parallel_size", default=1, why="vLLM's default")
     dp = choose(record, "data_parallel_size", default=1, why="vLLM's default, one engine")
+    ep = choose(record, "enable_expert_parallel", default=False, why="vLLM's default")
     block = block_size_setting(measured)
     default_util = EngineOptions.__dataclass_fields__["gpu_memory_utilization"].default
     util = choose(record, "gpu_memory_utilization", options.gpu_memory_utilization, "--gpu-memory-utilization",
@@ -121,6 +122,8 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
         engine["router"] = DP_ROUTER
     if pp.value != 1:
         engine["pipeline_parallel_size"] = pp.value
+    if ep.value:
+        engine["enable_expert_parallel"] = True
     if max_len.how != "derived":
         engine["max_model_len"] = max_len.value
     if blocks.how != "derived":
@@ -135,7 +138,8 @@ def engine_section(measured: MeasuredRun, options: RebuildOptions) -> tuple[dict
     quantization = _quantization(record, model)
     if quantization.value is not None:
         engine["quantization"] = quantization.value
-    return engine, [tp, pp, _replicas_note(dp), block, blocks, util, max_len, dtype, kv, quantization]
+    recorded_ep = [ep] if ep.how != "derived" else []
+    return engine, [tp, pp, _replicas_note(dp), *recorded_ep, block, blocks, util, max_len, dtype, kv, quantization]
 
 
 def _pipeline_parallel(record) -> Setting:

@@ -33,6 +33,7 @@ _RESOLVED = {
     "tensor_parallel_size": ("parallel_config", "tensor_parallel_size"),
     "data_parallel_size": ("parallel_config", "data_parallel_size"),
     "pipeline_parallel_size": ("parallel_config", "pipeline_parallel_size"),
+    "enable_expert_parallel": ("parallel_config", "enable_expert_parallel"),
     "model": ("model_config", "model"),
     "dtype": ("model_config", "dtype"),
     "quantization": ("model_config", "quantization"),
@@ -79,7 +80,7 @@ _KINDS: dict[str, tuple[Callable[[Any], Any], str]] = {
     "max_num_batched_tokens": (_count, "a positive integer"),
     "gpu_memory_utilization": (_fraction, "a number in (0, 1]"),
     "enable_prefix_caching": (_flag, "true or false"), "enable_chunked_prefill": (_flag, "true or false"),
-    "async_scheduling": (_flag, "true or false"),
+    "async_scheduling": (_flag, "true or false"), "enable_expert_parallel": (_flag, "true or false"),
     "model": (_text, "a model name or path"), "dtype": (_text, "a dtype name"),
     "kv_cache_dtype": (_text, "a dtype name"), "quantization": (_text, "a quantization method name"),
 }
