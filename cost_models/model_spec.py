@@ -140,6 +140,11 @@ class ModelSpec:
                              f"(a dense model; expert parallelism needs an MoE model)")
         return replace(self, expert_parallel=bool(enabled))
 
+    def expert_parallel_ranks(self, tensor_parallel_size: int) -> int:
+        """Ranks the experts are placed whole on (moe.expert_load): the TP ranks under expert
+        parallelism, else 1 (each rank a slice of every expert)."""
+        return tensor_parallel_size if self.expert_parallel else 1
+
     def with_max_model_len(self, max_model_len: int) -> "ModelSpec":
         return replace(self, max_model_len=max_model_len)
 

@@ -37,20 +37,20 @@ def expected_distinct_experts(num_routed_tokens, num_experts: int, top_k: int):
     return num_experts * (1.0 - miss) * (num_routed_tokens > 0)
 
 
-def expert_load(num_tokens: int, num_experts: int, top_k: int, ranks: int = 1,
-                expert_parallel: bool = False) -> tuple[float, float]:
-    """(routed tokens, distinct experts) one MoE layer's experts are priced at, in units of the
-    whole layer's: a rank's time is top_k x the first expert passes and the second expert reads,
-    each of one expert over ``ranks``.
+def expert_load(num_tokens: int, num_experts: int, top_k: int,
+                expert_parallel_ranks: int = 1) -> tuple[float, float]:
+    """The (routed tokens, distinct experts) one MoE layer's experts are priced at: a rank does
+    top_k x routed tokens expert passes and reads distinct experts, each at one expert's size over
+    the tensor-parallel degree.
 
-    Tensor parallel, or one rank: the T tokens and E (1 - (1 - k/E)^T) distinct experts, each rank a
-    1/ranks slice of every one. Expert parallel over N ranks: a rank's routed passes are
-    Binomial(T k, 1/N) and its distinct experts Binomial(E/N, 1 - (1 - k/E)^T), taken as independent
-    across ranks, and the layer waits for the busiest: N x the expected maximum of each (the passes
-    as tokens, over k).
+    Experts split over the ranks (tensor parallel; ``expert_parallel_ranks`` 1): the T tokens and
+    E (1 - (1 - k/E)^T) experts. Experts whole on N ranks: a rank's passes are Binomial(T k, 1/N)
+    and its touched experts Binomial(E/N, 1 - (1 - k/E)^T), taken as independent across ranks; the
+    layer waits for the busiest, so N x the expected maximum of each (the passes over k, as tokens).
     """
+    ranks = expert_parallel_ranks
     distinct = expected_distinct_experts(num_tokens, num_experts, top_k)
-    if not expert_parallel or ranks <= 1 or num_tokens <= 0:
+    if ranks <= 1 or num_tokens <= 0:
         return num_tokens, distinct
     hit = distinct / num_experts
     return (ranks * expected_max_binomial(num_tokens * top_k, 1.0 / ranks, ranks) / top_k,

@@ -37,8 +37,7 @@ class PhysicsWork:
     expert: tuple = (0.0, 0.0)      # MoE: one expert pass's FLOPs / peak, one expert's bytes / bandwidth
     num_experts: int = 0            # 0: a dense model (moe_experts is 0)
     top_k: int = 0
-    expert_ranks: int = 1           # ranks the experts are spread over; 1: each rank a slice of every one
-    expert_parallel: bool = False   # experts whole on the ranks: priced at the busiest (moe.expert_load)
+    expert_parallel_ranks: int = 1  # ranks holding whole experts (moe.expert_load); 1: slices of every one
 
     def features(self, counts: tuple, gemm_balance: float) -> np.ndarray:
         """The TERMS features of one step's work counts."""
@@ -60,13 +59,13 @@ class PhysicsWork:
         layers = self.num_layers * (num_seqs > 0)
         mixed = (num_prefills > 0) * (num_decodes > 0)
         launches = (self.launches_per_layer + self.mixed_launches_per_layer * mixed) * layers
+        decode_kv = self.kv_s_per_token * (decode_ctx + num_decodes)
         return [1.0, gemm, self.activation_s_per_token * tokens, self.attention_s_per_pair * pairs,
-                self.kv_s_per_token * (decode_ctx + num_decodes), self.prefill_kv_s_per_token * prefill_ctx,
+                decode_kv, self.prefill_kv_s_per_token * prefill_ctx,
                 launches, layers * num_seqs, lm_head, self.logit_s_per_row * num_sampled,
                 self.attention_s_per_pair * (decode_ctx + num_decodes) * (num_prefills > 0),
                 self.decode_waves(num_decodes, decode_ctx, maximum) * (num_prefills > 0) * layers,
-                self.kv_s_per_token * (decode_ctx + num_decodes) * (num_prefills > 0)
-                * self.rereads(num_decodes, decode_ctx, maximum),
+                decode_kv * (num_prefills > 0) * self.rereads(num_decodes, decode_ctx, maximum),
                 self.moe_blocks(tokens, tiled, gemm_balance, maximum), launches]
 
     def moe_blocks(self, tokens, tiled, gemm_balance: float, maximum):
@@ -83,7 +82,7 @@ class PhysicsWork:
     def expert_load(self, tokens):
         """moe.expert_load of a step's tokens, or of a column of them (one call per distinct count)."""
         def load(t):
-            return expert_load(int(t), self.num_experts, self.top_k, self.expert_ranks, self.expert_parallel)
+            return expert_load(int(t), self.num_experts, self.top_k, self.expert_parallel_ranks)
         if np.ndim(tokens) == 0:
             return load(tokens)
         values, inverse = np.unique(tokens, return_inverse=True)
@@ -146,8 +145,8 @@ def physics_work(spec: ModelSpec, hardware: HardwareSpec, tp: int = 1,
         sm_count=hardware.sm_count, query_group=spec.query_heads_per_kv_head(tp),
         l2_keys=hardware.l2_bytes / (2 * spec.head_dim_ * spec.kv_dtype_bytes) if hardware.l2_bytes else None,
         router=group_of(router, router), expert=group_of(expert, expert),
-        num_experts=spec.num_experts, top_k=spec.num_experts_per_tok, expert_ranks=tp,
-        expert_parallel=spec.expert_parallel)
+        num_experts=spec.num_experts, top_k=spec.num_experts_per_tok,
+        expert_parallel_ranks=spec.expert_parallel_ranks(tp))
 
 
 def elementwise_elements_per_token(spec: ModelSpec, tp: int, launches: tuple[int, int, int]) -> float:

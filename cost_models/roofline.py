@@ -134,8 +134,8 @@ class RooflineCostModel:
         k = self._k
         weight_s, compute_s = k.dense_weight_s, k.linear_s_per_token * tokens
         if k.expert_s:   # linear_s_per_token holds the mean rank's expert passes; the busiest's excess added
-            routed, distinct = expert_load(tokens, k.num_experts, k.top_k, self.tensor_parallel_size,
-                                           self.model.expert_parallel)
+            routed, distinct = expert_load(tokens, k.num_experts, k.top_k,
+                                           self.model.expert_parallel_ranks(self.tensor_parallel_size))
             weight_s += k.expert_s * distinct
             compute_s += k.expert_pass_s * k.top_k * (routed - tokens)
         linear_s = max(compute_s, weight_s + k.activation_s_per_token * tokens)

@@ -50,19 +50,22 @@ def test_the_expected_maximum_by_enumeration_and_in_the_normal_limit():
 
 def test_expert_load_is_the_mean_field_count_unless_experts_are_placed_whole():
     # Qwen3-30B-A3B's 128 experts, top 8. Tensor parallel, or one rank, or no tokens: T and E(1 - (1 - k/E)^T).
+    moe = load_model("qwen3-30b-a3b")
+    assert moe.expert_parallel_ranks(4) == 1 and moe.with_expert_parallel(True).expert_parallel_ranks(4) == 4
     for tokens in (1, 8, 4096):
         distinct = expected_distinct_experts(tokens, 128, 8)
-        assert expert_load(tokens, 128, 8, 4, False) == (tokens, distinct)
-        assert expert_load(tokens, 128, 8, 1, True) == (tokens, distinct)
-    assert expert_load(0, 128, 8, 4, True) == (0, 0.0)
+        assert expert_load(tokens, 128, 8, moe.expert_parallel_ranks(4)) == (tokens, distinct)
+        one_rank = moe.with_expert_parallel(True).expert_parallel_ranks(1)
+        assert expert_load(tokens, 128, 8, one_rank) == (tokens, distinct)
+    assert expert_load(0, 128, 8, 4) == (0, 0.0)
     # One token over 4 expert-parallel ranks: a rank's passes are Binomial(8, 1/4), its experts
     # Binomial(32, 8/128); the busiest rank's, x 4 ranks (passes as tokens: over top_k 8).
-    routed, distinct = expert_load(1, 128, 8, 4, True)
+    routed, distinct = expert_load(1, 128, 8, 4)
     assert routed == pytest.approx(4 * _max_by_pmf(8, 0.25, 4) / 8, rel=1e-12)
     assert distinct == pytest.approx(4 * _max_by_pmf(32, 8 / 128, 4), rel=1e-12)
     assert (routed, distinct) == pytest.approx((1.638105, 13.807945), rel=1e-6)   # vs 1 and 8 spread evenly
     # 4,096 tokens touch every expert and spread their passes within 1%.
-    routed, distinct = expert_load(4096, 128, 8, 4, True)
+    routed, distinct = expert_load(4096, 128, 8, 4)
     assert distinct == pytest.approx(128.0) and 4096 < routed < 1.01 * 4096
 
 
@@ -76,7 +79,7 @@ def test_the_roofline_prices_the_busiest_rank_under_expert_parallelism():
     assert RooflineCostModel(ep, h100, 1).step_time_s(decode) == RooflineCostModel(model, h100, 1).step_time_s(decode)
     # The excess is the experts' alone: the busiest rank's distinct experts over the mean rank's.
     k = tp4._k
-    _, distinct = expert_load(4, 128, 8, 4, True)
+    _, distinct = expert_load(4, 128, 8, 4)
     mean_distinct = expected_distinct_experts(4, 128, 8)
     assert ep4.step_time_s(decode) - tp4.step_time_s(decode) == pytest.approx(k.expert_s * (distinct - mean_distinct),
                                                                               rel=1e-9)
