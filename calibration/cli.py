@@ -41,7 +41,7 @@ from calibration.options import CUDA_GRAPH_MODES, DEVICES, DTYPES, NORMS, Calibr
 @click.option("--norm", type=click.Choice(NORMS), default="fused", show_default=True,
               help="RMSNorm as one fused kernel or as the plain-PyTorch chain of small kernels.")
 @click.option("-o", "--out", "out_dir", required=True, type=click.Path(file_okay=False,
-              path_type=Path), help="Folder for timings.csv and meta.json.")
+              path_type=Path), help="Folder for timings.csv, meta.json and device.csv.")
 def calibrate(model: str, device: str, dtype: str | None, tp: int, grid_name: str | None,
               quick: bool, preflight: bool, cuda_graph: str, repeats: int, warmup: int,
               time_budget_s: float | None, kv_budget_gb: float | None, seed: int, norm: str,
@@ -65,4 +65,4 @@ def calibrate(model: str, device: str, dtype: str | None, tp: int, grid_name: st
         path = run_calibration(options)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    click.echo(f"wrote {path / 'timings.csv'} and {path / 'meta.json'}")
+    click.echo(f"wrote {path / 'timings.csv'}, {path / 'meta.json'} and {path / 'device.csv'}")

@@ -10,12 +10,13 @@ kind and mode, the number of shapes, the median ratio ours/reference, the MAPE a
 from __future__ import annotations
 
 import csv
-import os
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
 import click
+
+from calibration.output import write_csv_atomic
 
 SHAPE_COLUMNS = ("kind", "chunk", "prefill_ctx", "n_decode", "decode_ctx", "tokens")
 COMPARE_COLUMNS = ("model", *SHAPE_COLUMNS, "mode", "ours_ms", "ref_ms", "ratio", "error_pct")
@@ -81,12 +82,7 @@ def format_summary(summary: list[dict]) -> str:
 
 
 def write_compare_csv(rows: list[dict], path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COMPARE_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+    write_csv_atomic(path, COMPARE_COLUMNS, rows)
 
 
 def timings_file(timings_dir: Path) -> Path:

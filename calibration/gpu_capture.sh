@@ -4,9 +4,10 @@
 #
 #   OUT=/some/folder bash calibration/gpu_capture.sh
 #
-# Writes $OUT/capture.log, $OUT/<model>/timings.csv and meta.json, and, when the H200 reference is
-# found (shared/reference/h200/steps.csv or ../shared/...), $OUT/<model>/compare.csv and
-# $OUT/compare.txt: at most 8 files, two folders deep.
+# Writes $OUT/capture.log, $OUT/device.csv (the device's measured ceilings, one run per model),
+# $OUT/<model>/timings.csv and meta.json, and, when the H200 reference is found
+# (shared/reference/h200/steps.csv or ../shared/...), $OUT/<model>/compare.csv, its summary in the
+# log: at most 8 files, two folders deep.
 #
 # Time: each model stops taking new shapes after CAPTURE_BUDGET_S seconds (default 170), so the
 # script ends in about 2 x (budget + ~25 s start-up) at worst, under 7 minutes; the full grid is
@@ -111,6 +112,20 @@ compare_one() {
   "$PY" -m calibration.compare_reference "$OUT/$name" "$ref" --model "$ref_model"
 }
 
+# One device.csv for the capture (one device), each model's run of the harness a run of its own:
+# the importer reads it from the folder above the timings (cost_models/importers/device_ceilings.py).
+merge_ceilings() {
+  local run=0 f
+  echo "run,test,value" >"$OUT/device.csv.tmp"
+  for f in "$OUT"/*/device.csv; do
+    [[ -f "$f" ]] || continue
+    run=$((run + 1))
+    tail -n +2 "$f" | sed "s/^[^,]*,/$run,/" >>"$OUT/device.csv.tmp"
+    rm "$f"
+  done
+  mv "$OUT/device.csv.tmp" "$OUT/device.csv"
+}
+
 main() {
   print_versions
   local failed=0 model name ref
@@ -123,12 +138,12 @@ main() {
     [[ "$name" == config.json ]] && name="$(basename "$(dirname "$model")")"
     capture_one "$model" "$name" || { echo "!! calibrate $model failed (exit $?)"; failed=1; }
     if [[ -n "$ref" ]]; then
-      compare_one "$name" "$ref" "$(reference_model "$name")" 2>&1 | tee -a "$OUT/compare.txt" \
-        || echo "!! compare $name failed (exit $?)"
+      compare_one "$name" "$ref" "$(reference_model "$name")" 2>&1 || echo "!! compare $name failed (exit $?)"
     else
       echo "== no reference steps.csv here: compare skipped"
     fi
   done
+  merge_ceilings
   rm -rf "$OUT/.dry-run-models"
   echo "== $(date -u +%H:%M:%SZ) done in $SECONDS s (failed=$failed)"
   return "$failed"

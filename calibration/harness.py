@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from calibration.attention import plan_groups
+from calibration.ceilings import measure_ceilings, write_ceilings
 from calibration.decoder import Decoder, RankShapes, StepInputs, shard
 from calibration.grid import StepShape, named_grid
 from calibration.kv_cache import KvPool, KvPoolPlan, plan_pool
@@ -31,7 +32,8 @@ MIN_CUDA_RESERVE_BYTES = 12 << 30
 
 
 def run_calibration(options: CalibrationOptions) -> Path:
-    """Times every shape of the grid and writes timings.csv and meta.json into ``out_dir``."""
+    """Measures the device's ceilings (device.csv), times every shape of the grid and writes
+    timings.csv and meta.json into ``out_dir``."""
     started = time.monotonic()
     out_dir = Path(options.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -41,11 +43,14 @@ def run_calibration(options: CalibrationOptions) -> Path:
     grid = options.grid or named_grid("quick" if options.quick else "full")
     dtype = TORCH_DTYPES[options.resolved_dtype]
     with torch.inference_mode():
+        ceilings = write_ceilings(out_dir, measure_ceilings(device, dtype, options.resolved_dtype,
+                                                            options.warmup, options.repeats))
         decoder = Decoder(rank, dtype, device, max(s.max_position for s in grid), options.seed,
                           norm=options.norm)
         plan = _plan_kv(options, rank, grid, dtype, device)
         pool = KvPool(plan, rank.num_kv_heads, rank.head_dim, dtype, device)
         meta = base_meta(options, spec, rank, device, grid, plan)
+        meta["ceilings_file"] = ceilings.name
         if rank.num_experts and options.cuda_graph != "off":
             meta["cuda_graph_note"] = "MoE routing reads expert counts on the host: eager only"
         write_json_atomic(out_dir / META_FILE, meta)

@@ -1,7 +1,8 @@
-"""timings.csv and meta.json, written so that a killed run never leaves a file that looks complete.
+"""timings.csv, meta.json and device.csv, written so that a killed run never leaves a file that looks complete.
 
 Rows are appended to ``timings.csv.partial`` shape by shape (a killed run keeps what it measured)
-and the file is renamed to ``timings.csv`` only when the run ends; meta.json is replaced atomically.
+and the file is renamed to ``timings.csv`` only when the run ends; meta.json and device.csv are
+replaced atomically.
 """
 from __future__ import annotations
 
@@ -41,6 +42,15 @@ class TimingsWriter:
         """Leaves the .partial file in place (the run did not finish)."""
         if not self._file.closed:
             self._file.close()
+
+
+def write_csv_atomic(path: Path, columns: tuple[str, ...], rows: list[dict]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:

@@ -77,6 +77,7 @@ from cost_models.fitted_range import FittedRange, PricedByCounts
 from cost_models.hardware import HardwareSpec
 from cost_models.interconnect import allreduces_per_step, ring_allreduce_s
 from cost_models.launches import HARNESS_LAUNCHES
+from cost_models.measured_ceilings import BANDWIDTH, FLOPS
 from cost_models.memory import check_tensor_parallel_size
 from cost_models.model_spec import ModelSpec
 from cost_models.physics_work import PhysicsWork, physics_work
@@ -87,9 +88,12 @@ GEMM_TILE_CHOICES = (1, 64, 128)
 TERMS = ("step_overhead", "gemm", "activation_traffic", "prefill_attention", "decode_kv_read",
          "prefill_kv_read", "layer_launch", "layer_seq", "lm_head", "logits", "mixed_decode_attention",
          "mixed_decode_waves", "mixed_decode_rereads", "moe_experts", "host_launch")
-# Terms whose coefficient is 1 / a fraction of a datasheet peak, so at least 1 where the peak holds.
-EFFICIENCY_TERMS = ("gemm", "activation_traffic", "prefill_attention", "decode_kv_read", "prefill_kv_read",
-                    "lm_head", "logits", "mixed_decode_attention")
+# Terms whose coefficient is 1 / a fraction of a datasheet peak, and the peak: at least 1 / the
+# fraction the device was measured to reach (cost_models/measured_ceilings.py), 1 unmeasured. A GEMM
+# is bound by FLOP/s; its weight read (x gemm_balance) by bandwidth, held by the balance's floor.
+PEAK_OF = {"gemm": FLOPS, "activation_traffic": BANDWIDTH, "prefill_attention": FLOPS, "decode_kv_read": BANDWIDTH,
+           "prefill_kv_read": BANDWIDTH, "lm_head": FLOPS, "logits": BANDWIDTH, "mixed_decode_attention": FLOPS}
+EFFICIENCY_TERMS = tuple(PEAK_OF)
 # Terms priced at another term's coefficient, not fitted on their own: the experts are GEMMs, and held
 # out their own coefficient did worse (cost_models/profiles/README.md, "Physics files").
 TIED_TERMS = {"moe_experts": "gemm", "mixed_decode_rereads": "decode_kv_read"}

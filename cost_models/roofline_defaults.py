@@ -20,6 +20,11 @@ def _table() -> dict:
     return json.loads(DEFAULTS_PATH.read_text())
 
 
+def reload_defaults() -> None:
+    """Read roofline_defaults.json afresh at the next call (the build has just rewritten it)."""
+    _table.cache_clear()
+
+
 def roofline_defaults(hardware: str) -> dict[str, float]:
     """The DEFAULTED values for ``hardware``: its own fit, or the median over the fitted GPUs."""
     table = _table()

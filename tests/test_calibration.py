@@ -248,6 +248,14 @@ def test_quick_cpu_run_writes_one_row_per_repetition(tmp_path):
     assert not (out / "timings.csv.partial").exists()
     meta = json.loads((out / "meta.json").read_text())
     assert META_KEYS <= set(meta)
+    # The device's ceilings, measured before the grid, in the H200 reference's device.csv form; a
+    # CPU run's fp32 GEMM is no BF16 peak, so the importer keeps only its copy bandwidth.
+    with open(out / meta["ceilings_file"], newline="") as f:
+        ceilings = {r["test"]: float(r["value"]) for r in csv.DictReader(f) if r["run"] == "1"}
+    assert set(ceilings) == {"copy_GBps", "gemm_fp32_TFLOPs"} and min(ceilings.values()) > 0
+    from cost_models.importers.device_ceilings import read_device_ceilings
+    read = read_device_ceilings(out / "timings.csv")
+    assert read.memory_bandwidth_Bps == ceilings["copy_GBps"] * 1e9 and read.bf16_flops is None
     assert meta["completed"] is True and meta["model_config"]["qk_norm"] is True
     assert len(meta["grid"]) == len(quick_grid()) and meta["repeats"] == 2
 
@@ -355,4 +363,8 @@ def test_gpu_capture_script_dry_run_on_cpu(tmp_path):
         assert json.loads((out / name / "meta.json").read_text())["completed"] is True
     files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
     assert len(files) <= 8 and all(len(p.parts) <= 3 for p in files)
+    # One device.csv for the capture, each model's ceilings a run; read from above either model's timings.
+    with open(out / "device.csv", newline="") as f:
+        assert sorted({r["run"] for r in csv.DictReader(f)}) == ["1", "2"]
+    assert not list(out.glob("*/device.csv"))
     assert "done in" in (out / "capture.log").read_text()

@@ -235,16 +235,15 @@ def _h200_lomo(mode: str) -> dict:
 
 
 def test_h200_cuda_graph_leave_one_model_out_per_family():
-    # The acceptance's 5% holds for every model and family but Qwen3-8B's decodes (6.3%): fitted on
-    # the two Llamas alone (32 layers, 38 launches a layer each), a per-step overhead and a cost per
-    # launch cannot be told apart, and Qwen3's 54 launches a layer take the tie's price
-    # (cost_models/profiles/README.md).
+    # The acceptance's 5% for every model and family, the efficiencies held to the device's
+    # measured ceilings (device.csv: 766 of 989 TFLOP/s, 4.18 of 4.8 TB/s). Free of them, the fit put
+    # the GEMMs at the datasheet peak, the missing time in the activations and the per-step
+    # overhead, and Qwen3-8B's decodes came out 6.3% off (cost_models/profiles/README.md).
     lomo = _h200_lomo("cuda_graph")
     for model, errs in lomo.items():
         for family in ("prefill", "decode", "mixed"):
             if family in errs:
-                bound = {("qwen3-8b", "decode"): 6.4}.get((model, family), 5.0)
-                assert errs[family]["mape_pct"] <= bound, (model, family, errs[family])
+                assert errs[family]["mape_pct"] <= 5.0, (model, family, errs[family])
     assert lomo == _shipped("physics-h200-cuda_graph")["leave_one_model_out"]
 
 

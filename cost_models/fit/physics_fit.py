@@ -2,10 +2,11 @@
 
 Every model measured on one GPU and mode contributes its steps; each step's features come from its
 own model's config, so the coefficients (efficiencies and overheads) are shared by all of them. The
-fit is non-negative least squares on relative error (each inverse efficiency held at 1 or more: no
-kernel beats its datasheet peak), refined towards the least absolute relative error; each model's
-families (prefill, decode, mixed) weigh alike, however many rows each has (a profile's grid holds
-~110 mixed steps for each decode: unweighted, the decodes barely count).
+fit is non-negative least squares on relative error (each inverse efficiency held at 1 or more, or
+at 1 / the fraction of peak the device was measured to reach: no kernel beats its device's ceiling),
+refined towards the least absolute relative error; each model's families (prefill, decode, mixed)
+weigh alike, however many rows each has (a profile's grid holds ~110 mixed steps for each decode:
+unweighted, the decodes barely count).
 ``gemm_balance`` is scanned on a log grid, then refined by golden section. Leave-one-model-out
 fits on all models but one and predicts that one from its config alone: the error a model never
 measured would see. A source that
@@ -24,12 +25,13 @@ from cost_models.fit.nnls import nnls
 from cost_models.fit.report import family_errors
 from cost_models.hardware import HardwareSpec
 from cost_models.launches import HARNESS_LAUNCHES
+from cost_models.measured_ceilings import MeasuredCeilings, PeakFractions, peak_fractions
 from cost_models.model_spec import ModelSpec
-from cost_models.physics import (EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, TERMS, TIED_TERMS, TRAFFIC,
+from cost_models.physics import (EFFICIENCY_TERMS, FITTED_TERMS, PEAK_OF, GEMM_TILE_CHOICES, TERMS, TIED_TERMS, TRAFFIC,
                                   WALKS, coefficient_vector, device_time_of, step_time_of, tied_coefficient)
 from cost_models.physics_work import physics_work
 
-_BALANCE_GRID = np.geomspace(1.0, 8.0, 25)   # >= 1: with gemm >= 1, no weight read beats peak bandwidth
+_BALANCE_MAX, _BALANCE_POINTS = 8.0, 25
 _GOLDEN_STEPS = 20
 _IRLS_STEPS = 10
 _IRLS_FLOOR = 1e-3
@@ -58,6 +60,7 @@ class PhysicsSamples:
     # prices by (None: launches); and whether a part's shapes count in the file's fitted_range.
     layer_launches: tuple[int, int, int] | None = None
     in_fitted_range: bool = False
+    ceilings: MeasuredCeilings | None = None   # what the device was measured to reach (None: unmeasured)
 
     @property
     def families(self) -> list[str]:
@@ -107,10 +110,13 @@ def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = Fal
     """Coefficients and gemm_balance shared by every model in ``samples``; ``host_bound`` (eager)
     fits the host's launch time too, each step taking the longer of host and device. ``peak_bound``
     holds every inverse efficiency at 1 or more (no kernel beats its datasheet peak), so a term the
-    fitted shapes barely exercise (the KV reads of a log of short contexts) cannot fall to 0."""
-    floor = np.array([1.0 if peak_bound and t in EFFICIENCY_TERMS else 0.0 for t in TERMS])
+    fitted shapes barely exercise (the KV reads of a log of short contexts) cannot fall to 0; where
+    the sources measured the device's ceilings, at 1 / the fraction of peak it reached."""
     if not samples:
         raise ValueError("physics fit: no timings to fit on")
+    fractions = samples_peak_fractions(samples) if peak_bound else PeakFractions()
+    floor = np.array([1 / fractions.of(PEAK_OF[t]) if peak_bound and t in EFFICIENCY_TERMS else 0.0 for t in TERMS])
+    balance_grid = _balance_grid(fractions)
     y = np.concatenate([s.fitted_time_s() for s in samples])
     base = row_weights(samples)
 
@@ -119,10 +125,10 @@ def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = Fal
         coef = _fit_branches(features / y[:, None], host_bound, floor, base)
         residual = (_predict(features, coef) / y - 1) * base
         return float(residual @ residual), coef
-    losses = [loss(b)[0] for b in _BALANCE_GRID]
+    losses = [loss(b)[0] for b in balance_grid]
     best = int(np.argmin(losses))
-    lo = np.log(_BALANCE_GRID[max(best - 1, 0)])
-    hi = np.log(_BALANCE_GRID[min(best + 1, len(_BALANCE_GRID) - 1)])
+    lo = np.log(balance_grid[max(best - 1, 0)])
+    hi = np.log(balance_grid[min(best + 1, len(balance_grid) - 1)])
     golden = (np.sqrt(5) - 1) / 2
     for _ in range(_GOLDEN_STEPS):
         a, b = hi - golden * (hi - lo), lo + golden * (hi - lo)
@@ -132,7 +138,7 @@ def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = Fal
             lo = a
     balance = float(np.exp((lo + hi) / 2))
     if losses[best] < loss(balance)[0]:
-        balance = float(_BALANCE_GRID[best])
+        balance = float(balance_grid[best])
     features = _design(samples, balance, tile)
     coef = _refine_l1(features / y[:, None], loss(balance)[1], host_bound, floor, base)
     predicted = _predict(features, coef)
@@ -142,6 +148,17 @@ def fit_at_tile(samples: list[PhysicsSamples], tile: int, host_bound: bool = Fal
     loss_value = float(np.sum(np.abs(predicted / y - 1) * base ** 2 * steps) / np.sum(base ** 2 * steps))
     coefficients = {t: float(c) for t, c in zip(TERMS, coef) if t in FITTED_TERMS}
     return PhysicsFit(coefficients, balance, train, tile, loss_value)
+
+
+def samples_peak_fractions(samples: list[PhysicsSamples]) -> PeakFractions:
+    """The fractions of peak the samples' measured ceilings allow (measured_ceilings.peak_fractions)."""
+    return peak_fractions([(s.hardware, s.ceilings) for s in samples])
+
+
+def _balance_grid(fractions: PeakFractions) -> np.ndarray:
+    """gemm_balance's search grid, from where gemm x balance reaches the bandwidth floor while gemm
+    sits at the FLOP/s floor: no weight read beats the measured (or datasheet) bandwidth."""
+    return np.geomspace(fractions.flops / fractions.bandwidth, _BALANCE_MAX, _BALANCE_POINTS)
 
 
 def measured_decode_skew(samples: list[PhysicsSamples]) -> dict[int, float]:

@@ -8,9 +8,10 @@ import numpy as np
 
 from cost_models.fit.model_file import sig4
 from cost_models.fit.physics_fit import (PhysicsSamples, fit_physics, leave_one_model_out, measured_decode_skew,
-                                         predict)
+                                         predict, samples_peak_fractions)
 from cost_models.fit.physics_sources import is_vllm_log, read_physics_sources
 from cost_models.fit.report import family_errors, format_errors
+from cost_models.importers.device_ceilings import device_file
 from cost_models.importers.forms import sha256_of
 from cost_models.fit.run import FitOutcome
 from cost_models.fitted_range import FittedRange
@@ -44,6 +45,9 @@ def run_physics_fit(sources: list[Path], mode: str | None = None, hardware: str 
     lines += [f"  {t:<24} {sig4(v):<12} {TERM_UNITS[t]}" for t, v in fit.coefficients.items()]
     lines.append(f"  {'gemm_balance':<24} {sig4(fit.gemm_balance)}")
     lines.append(f"  {'gemm_tile_tokens':<24} {fit.gemm_tile_tokens}")
+    fractions = data["peak_fractions"]
+    lines.append(f"  {'peak_fractions':<24} bandwidth {fractions['bandwidth']}, flops {fractions['flops']} "
+                 f"({'measured: ' + ', '.join(data['measured_ceilings']) if data['measured_ceilings'] else 'datasheet'})")
     lines.append(format_errors("fitted on all models (training error)", fit.train_errors))
     for part in parts:
         lines.append(format_errors(f"{part}, timed apart (training error)", part_errors(fit, samples, part)))
@@ -60,7 +64,8 @@ def part_errors(fit, samples: list[PhysicsSamples], part: str) -> dict:
 
 
 def source_files(sources: list[Path], request_lengths: Path | None = None) -> list[Path]:
-    """The files read from each source (a profile folder's CSVs; a timings folder's timings.csv)."""
+    """The files read from each source (a profile folder's CSVs; a timings file, and the device.csv
+    of measured ceilings it was read with)."""
     files = []
     for path in map(Path, sources):
         if (path / "meta.yaml").is_file():
@@ -68,7 +73,8 @@ def source_files(sources: list[Path], request_lengths: Path | None = None) -> li
         elif is_vllm_log(path):
             files.append(path)
         else:
-            files.append(path / "timings.csv" if path.is_dir() else path)
+            device = device_file(path)
+            files += [path / "timings.csv" if path.is_dir() else path] + ([device] if device else [])
     return files + ([Path(request_lengths)] if request_lengths is not None else [])
 
 
@@ -89,6 +95,10 @@ def physics_json(samples: list[PhysicsSamples], fit, lomo: dict, name: str, mode
         "launches": {"other": launches[0], "per_norm": launches[1], "mixed": launches[2],
                      "source": "kernel launches per layer of the measured engine (cost_models/physics.py)"},
         "attention_query_tile": samples[0].attention_query_tile,
+        "measured_ceilings": {s.hardware.name: s.ceilings.to_json() for s in samples if s.ceilings},
+        "peak_fractions": {**samples_peak_fractions(samples).to_json(),
+                           "rule": "the most of each datasheet peak an efficiency may reach: the device's "
+                                   "measured ceiling (cost_models/measured_ceilings.py), 1.0 unmeasured"},
         "unmeasured_terms": [t for t in TERMS if t not in measured],
         "fitted_on": {"gpus": sorted({s.hardware.name for s in samples}), "models": [s.name for s in specs],
                       "tensor_parallel_sizes": sorted({s.tensor_parallel_size for s in samples}),

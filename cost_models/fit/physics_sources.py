@@ -1,6 +1,7 @@
 """Timings sources -> PhysicsSamples: whole-step timings, and whole-step sums of kernel profiles.
 
-- our harness's ``timings.csv`` and the H200 ``steps.csv``: whole steps, every term measured;
+- our harness's ``timings.csv`` and the H200 ``steps.csv``: whole steps, every term measured, with
+  the device's measured ceilings where a ``device.csv`` lies beside them (importers/device_ceilings.py);
 - an LLMServingSim profile folder: per TP degree, the kernel sum of each attention grid point's step,
   num_layers x (dense ops(tokens) + the measured attention + an MoE model's MoE block from moe.csv,
   read at the step's expected distinct experts, cost_models/moe.py) + whole-model ops + lm_head and sampler
@@ -30,6 +31,7 @@ from cost_models.fit.table_fit import fit_tables
 from cost_models.hardware import load_hardware
 from cost_models.importers import (read_llmservingsim, read_step_timings, read_vidur, read_vidur_attention,
                                    read_vllm_log)
+from cost_models.importers.device_ceilings import read_device_ceilings
 from cost_models.importers.forms import number, read_csv_columns
 from cost_models.model_spec import load_model
 from cost_models.launches import HARNESS_QUERY_TILE, VLLM_LAUNCHES, VLLM_QUERY_TILE
@@ -61,7 +63,8 @@ def from_step_timings(path: Path, model: str, mode: str, hardware: str) -> Physi
     timings = read_step_timings(path, model, mode, hardware)
     return PhysicsSamples(load_model(model), load_hardware(hardware), 1, timings.shapes, timings.time_s,
                           f"{timings.source.description} ({', '.join(timings.source.files)})",
-                          measured=HARNESS_TERMS, attention_query_tile=HARNESS_QUERY_TILE)
+                          measured=HARNESS_TERMS, attention_query_tile=HARNESS_QUERY_TILE,
+                          ceilings=read_device_ceilings(path))
 
 
 def from_llmservingsim(profile_dir: Path) -> list[PhysicsSamples]:

@@ -3,7 +3,8 @@
 The roofline's form is kept: each operator group takes the longer of its FLOPs at
 compute_efficiency x peak and its bytes at bandwidth_efficiency x bandwidth, a step adds each
 layer's kernel floors (launch_s per kernel) and a per-step overhead. The two efficiencies are
-searched on a grid (0.05 apart, then 0.01 apart within 0.10 of the best); for each pair, launch_s and
+searched on a grid (0.05 apart, then 0.01 apart within 0.10 of the best), each at most the fraction
+of peak the device was measured to reach (cost_models/measured_ceilings.py; 1.0 unmeasured); for each pair, launch_s and
 step_overhead_s are the non-negative least squares on relative error, each model's families
 weighing alike (physics_fit.row_weights). A source's kernels are counted as its engine launches
 them (PhysicsSamples.launches: 38 a layer for the plain-PyTorch harness, 10 for vLLM's fused
@@ -23,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from cost_models.fit.nnls import nnls
-from cost_models.fit.physics_fit import PhysicsSamples, measured_decode_skew, row_weights
+from cost_models.fit.physics_fit import PhysicsSamples, measured_decode_skew, row_weights, samples_peak_fractions
 from cost_models.fit.report import family_errors
 from cost_models.launches import launches_per_layer
 from cost_models.roofline import RooflineCostModel
@@ -92,9 +93,11 @@ class _Rows:
 def fit_roofline(samples: list[PhysicsSamples]) -> RooflineFit:
     """The least-error efficiencies and overheads over ``samples``; errors on every row."""
     rows = _Rows(samples)
-    best = min(((rows.fit_at(c, b)[0], c, b) for c in COARSE_COMPUTE for b in COARSE_BANDWIDTH))
+    cap = samples_peak_fractions(rows.samples)
+    coarse_c, coarse_b = COARSE_COMPUTE[COARSE_COMPUTE <= cap.flops], COARSE_BANDWIDTH[COARSE_BANDWIDTH <= cap.bandwidth]
+    best = min(((rows.fit_at(c, b)[0], c, b) for c in coarse_c for b in coarse_b))
     _, c0, b0 = best
-    fine_c, fine_b = _around(c0, FINE_WIDTH), _around(b0, FINE_WIDTH)
+    fine_c, fine_b = _around(c0, FINE_WIDTH, cap.flops), _around(b0, FINE_WIDTH, cap.bandwidth)
     _, compute, bandwidth = min(((rows.fit_at(c, b)[0], c, b) for c in fine_c for b in fine_b))
     _, (launch_s, overhead_s) = rows.fit_at(compute, bandwidth)
     fit = RooflineFit(float(compute), float(bandwidth), float(launch_s), float(overhead_s), {})
@@ -136,10 +139,10 @@ def _kernels(samples: PhysicsSamples, shapes: list) -> np.ndarray:
     return np.array([samples.spec.num_layers * (per_layer + mixed * (s.kind == "mixed")) for s in shapes], float)
 
 
-def _around(center: float, width: float) -> np.ndarray:
-    """Values FINE_STEP apart within ``width`` of ``center``, inside (0, 1]."""
+def _around(center: float, width: float, cap: float) -> np.ndarray:
+    """Values FINE_STEP apart within ``width`` of ``center``, inside (0, cap]."""
     values = np.round(np.arange(center - width, center + width + 1e-9, FINE_STEP), 2)
-    return values[(values > 0) & (values <= 1.0)]
+    return values[(values > 0) & (values <= cap)]
 
 
 def defaults_json(fits: dict[str, tuple[list[PhysicsSamples], str]]) -> dict:
