@@ -49,12 +49,12 @@ class PeakFractions:
 def peak_fractions(measured: list[tuple[HardwareSpec, MeasuredCeilings | None]]) -> PeakFractions:
     """The fractions every (GPU, its measured ceilings) pair allows: per GPU the best measurement
     over its sources, over GPUs the least (one shared coefficient must hold on each of them)."""
-    best: dict[str, tuple[HardwareSpec, float, float]] = {}
+    best: dict[str, list] = {}   # GPU name -> [its spec, best bandwidth, best FLOP/s] (0: unmeasured)
     for hardware, ceilings in measured:
-        bandwidth = ceilings.memory_bandwidth_Bps if ceilings and ceilings.memory_bandwidth_Bps else None
-        flops = ceilings.bf16_flops if ceilings and ceilings.bf16_flops else None
-        _, b0, f0 = best.get(hardware.name, (hardware, 0.0, 0.0))
-        best[hardware.name] = (hardware, max(b0, bandwidth or 0.0), max(f0, flops or 0.0))
+        entry = best.setdefault(hardware.name, [hardware, 0.0, 0.0])
+        if ceilings is not None:
+            entry[1] = max(entry[1], ceilings.memory_bandwidth_Bps or 0.0)
+            entry[2] = max(entry[2], ceilings.bf16_flops or 0.0)
     bandwidth = [b / h.memory_bandwidth_Bps if b else 1.0 for h, b, _ in best.values()]
     flops = [f / h.bf16_flops if f else 1.0 for h, _, f in best.values()]
     return PeakFractions(min(bandwidth, default=1.0), min(flops, default=1.0))

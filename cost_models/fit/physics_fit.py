@@ -27,8 +27,8 @@ from cost_models.hardware import HardwareSpec
 from cost_models.launches import HARNESS_LAUNCHES
 from cost_models.measured_ceilings import MeasuredCeilings, PeakFractions, peak_fractions
 from cost_models.model_spec import ModelSpec
-from cost_models.physics import (EFFICIENCY_TERMS, FITTED_TERMS, PEAK_OF, GEMM_TILE_CHOICES, TERMS, TIED_TERMS, TRAFFIC,
-                                  WALKS, coefficient_vector, device_time_of, step_time_of, tied_coefficient)
+from cost_models.physics import (EFFICIENCY_TERMS, FITTED_TERMS, GEMM_TILE_CHOICES, PEAK_OF, TERMS, TIED_TERMS,
+                                  TRAFFIC, WALKS, coefficient_vector, device_time_of, step_time_of, tied_coefficient)
 from cost_models.physics_work import physics_work
 
 _BALANCE_MAX, _BALANCE_POINTS = 8.0, 25

@@ -4,18 +4,17 @@ The roofline's form is kept: each operator group takes the longer of its FLOPs a
 compute_efficiency x peak and its bytes at bandwidth_efficiency x bandwidth, a step adds each
 layer's kernel floors (launch_s per kernel) and a per-step overhead. The two efficiencies are
 searched on a grid (0.05 apart, then 0.01 apart within 0.10 of the best), each at most the fraction
-of peak the device was measured to reach (cost_models/measured_ceilings.py; 1.0 unmeasured); for each pair, launch_s and
-step_overhead_s are the non-negative least squares on relative error, each model's families
-weighing alike (physics_fit.row_weights). A source's kernels are counted as its engine launches
-them (PhysicsSamples.launches: 38 a layer for the plain-PyTorch harness, 10 for vLLM's fused
-kernels), so launch_s is a GPU's time per kernel; the step overhead is fitted only where the
-source measures it (kernel sums hold no CPU time: 0). The alpha of unequal decode contexts
-(cost_models/decode_skew.py) is not fitted: it is what the sources measured (a kernel profile's
-skew sweep), and a GPU whose source has none takes the median of those that did. The search reads
-at most ROWS_PER_GROUP evenly spaced rows of each model's family (a kernel profile's grid holds
-tens of thousands);
-errors are reported on every row. TP 1 only: a kernel profile's sums hold no all-reduce, which the
-roofline adds.
+of peak the device was measured to reach (cost_models/measured_ceilings.py; 1.0 unmeasured); for
+each pair, launch_s and step_overhead_s are the non-negative least squares on relative error, each
+model's families weighing alike (physics_fit.row_weights). A source's kernels are counted as its
+engine launches them (PhysicsSamples.launches: 38 a layer for the plain-PyTorch harness, 10 for
+vLLM's fused kernels), so launch_s is a GPU's time per kernel; the step overhead is fitted only
+where the source measures it (kernel sums hold no CPU time: 0). The alpha of unequal decode
+contexts (cost_models/decode_skew.py) is not fitted: it is what the sources measured (a kernel
+profile's skew sweep), and a GPU whose source has none takes the median of those that did. The
+search reads at most ROWS_PER_GROUP evenly spaced rows of each model's family (a kernel profile's
+grid holds tens of thousands); errors are reported on every row. TP 1 only: a kernel profile's sums
+hold no all-reduce, which the roofline adds.
 """
 from __future__ import annotations
 
@@ -94,7 +93,8 @@ def fit_roofline(samples: list[PhysicsSamples]) -> RooflineFit:
     """The least-error efficiencies and overheads over ``samples``; errors on every row."""
     rows = _Rows(samples)
     cap = samples_peak_fractions(rows.samples)
-    coarse_c, coarse_b = COARSE_COMPUTE[COARSE_COMPUTE <= cap.flops], COARSE_BANDWIDTH[COARSE_BANDWIDTH <= cap.bandwidth]
+    coarse_c = COARSE_COMPUTE[COARSE_COMPUTE <= cap.flops]
+    coarse_b = COARSE_BANDWIDTH[COARSE_BANDWIDTH <= cap.bandwidth]
     best = min(((rows.fit_at(c, b)[0], c, b) for c in coarse_c for b in coarse_b))
     _, c0, b0 = best
     fine_c, fine_b = _around(c0, FINE_WIDTH, cap.flops), _around(b0, FINE_WIDTH, cap.bandwidth)
