@@ -17,8 +17,8 @@ from calibration.output import write_csv_atomic
 from calibration.timer import time_eager
 from cost_models.measured_ceilings import COPY_TEST, DEVICE_COLUMNS, DEVICE_FILE, GEMM_TEST
 
-COPY_BYTES = {"cuda": 1 << 30, "cpu": 32 << 20}
-GEMM_SIZE = {"cuda": 8192, "cpu": 512}
+COPY_BYTES = {"cuda": 1 << 30, "cpu": 256 << 20}   # a CPU copy well past its last-level cache
+GEMM_SIZE = {"cuda": 8192, "cpu": 1024}
 
 
 def measure_ceilings(device: torch.device, dtype: torch.dtype, dtype_name: str, warmup: int,
@@ -53,4 +53,4 @@ def write_ceilings(out_dir: Path, rows: list[dict]) -> Path:
 
 
 def _per_s(amount: float, times_ms: list[float], unit: float) -> float:
-    return round(amount / (statistics.median(times_ms) / 1e3) / unit, 2)
+    return float(f"{amount / (statistics.median(times_ms) / 1e3) / unit:.4g}")
