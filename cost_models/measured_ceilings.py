@@ -5,8 +5,9 @@ beats what the device itself reaches: a device-to-device copy bounds every strea
 square BF16 GEMM every matrix multiply. Without a measurement the bound is the datasheet (1.0). The
 measurements travel with the timings they were taken beside (``device.csv``: the H200 reference's,
 and the calibration harness's, calibration/ceilings.py), and a fit holds its efficiencies to them
-(cost_models/fit/physics_fit.py, cost_models/fit/roofline_fit.py): a fit left free of them put the
-H200's GEMMs at 989 TFLOP/s against the 766 measured, and moved the missing time into other terms.
+(cost_models/fit/physics_fit.py, cost_models/fit/roofline_fit.py): a fit left free of them can put
+a term above what the device reaches and move the missing time into other terms (the H200 case:
+cost_models/profiles/README.md, "Physics files").
 """
 from __future__ import annotations
 
